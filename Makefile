@@ -1,0 +1,54 @@
+# Control Plane: `make run` starts the product (embedded mode), `make test` runs the whole suite.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+# python3.12 from PATH, else a pyenv-installed 3.12.
+PYTHON ?= $(shell for c in python3.12 $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.12*/bin/python3.12 /usr/local/bin/python3.12 /usr/bin/python3.12; do $$c -c 'import sys; assert sys.version_info[:2]==(3,12)' >/dev/null 2>&1 && { echo $$c; break; }; done)
+VENV := .venv
+PY := $(VENV)/bin/python
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+# Tests use the local PostgreSQL and Redis unless told otherwise (CI exports these too).
+TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/controlplane
+TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+
+.PHONY: help venv run test test-pg test-sqlite lint bench clean
+
+help:
+	@echo "make run   - start the console on http://$(HOST):$(PORT) (embedded mode, SQLite, demo data)"
+	@echo "make test  - run the whole test suite (PostgreSQL + Redis, then SQLite)"
+	@echo "make lint  - ruff"
+
+$(VENV)/.installed: requirements.txt requirements-dev.txt
+	@test -n "$(PYTHON)" || { echo "python3.12 not found: install Python 3.12 and retry" >&2; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.installed
+
+run: venv
+	$(PY) manage.py migrate --noinput
+	$(PY) manage.py seed_demo
+	$(PY) manage.py runserver $(HOST):$(PORT)
+
+test: venv
+	$(MAKE) test-pg
+	$(MAKE) test-sqlite
+
+# Full suite against PostgreSQL and Redis.
+test-pg: venv
+	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# The embedded path: SQLite and no REDIS_URL (Redis-backed contract tests still use TEST_REDIS_URL).
+test-sqlite: venv
+	DATABASE_URL= REDIS_URL= $(VENV)/bin/pytest -m "not browser" $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+clean:
+	rm -rf $(VENV) var staticfiles

@@ -1,0 +1,31 @@
+from django.conf import settings
+from django.db import models
+
+
+class AuditEvent(models.Model):
+    """Append-only record of a change. Never updated or deleted (a PostgreSQL trigger refuses both)."""
+
+    created_at = models.DateTimeField()
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # Kept as text so the event still names its actor after the user is deleted.
+    actor_name = models.CharField(max_length=150)
+    action = models.CharField(max_length=64)
+    object_type = models.CharField(max_length=64)
+    object_id = models.CharField(max_length=64)
+    object_repr = models.CharField(max_length=200, blank=True, default="")
+    before = models.JSONField(null=True, blank=True)
+    after = models.JSONField(null=True, blank=True)
+    prev_hash = models.CharField(max_length=64)
+    hash = models.CharField(max_length=64, unique=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            # Audit Log filters: by actor, by action, by object; each newest first.
+            models.Index(fields=["actor_name", "-id"], name="audit_actor_idx"),
+            models.Index(fields=["action", "-id"], name="audit_action_idx"),
+            models.Index(fields=["object_type", "object_id", "-id"], name="audit_object_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.created_at:%Y-%m-%d %H:%M:%S} {self.actor_name} {self.action} {self.object_type}:{self.object_id}"

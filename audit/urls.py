@@ -1,0 +1,7 @@
+from django.urls import path
+
+app_name = "audit"
+
+urlpatterns: list = []
+
+api_urlpatterns: list = []

@@ -1,0 +1,35 @@
+from django.db import models
+
+
+class Protocol(models.TextChoices):
+    OPENAI = "openai", "OpenAI"
+    ANTHROPIC = "anthropic", "Anthropic"
+
+
+class Capability(models.TextChoices):
+    TEXT = "text", "Text"
+    VISION = "vision", "Vision"
+    TOOLS = "tools", "Tools"
+    JSON_OUTPUT = "json_output", "JSON output"
+    AUDIO = "audio", "Audio"
+    ASSISTANT_PREFILL = "assistant_prefill", "Assistant prefill"
+
+
+class ScopeType(models.TextChoices):
+    GLOBAL = "global", "Global"
+    TEAM = "team", "Team"
+    APPLICATION = "application", "Application"
+    USER = "user", "User"
+    AGENT = "agent", "Agent"
+    KEY = "key", "API key"
+
+
+# Most specific first.
+SCOPE_PRECEDENCE: tuple[str, ...] = (
+    ScopeType.KEY,
+    ScopeType.AGENT,
+    ScopeType.USER,
+    ScopeType.TEAM,
+    ScopeType.APPLICATION,
+    ScopeType.GLOBAL,
+)

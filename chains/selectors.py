@@ -1,0 +1,129 @@
+"""Reads of fallback chains."""
+
+from dataclasses import dataclass
+
+from django.db.models import Prefetch, Q, QuerySet
+
+from catalog.models import LlmModel, Provider
+from catalog.scopes import Principal, Scope, resolve_most_specific, scopes_overlap
+from chains.models import ChainEntry, FallbackChain
+
+# Sort keys the list accepts (URL value → ORM ordering). "-" prefix = descending.
+CHAIN_ORDERINGS: dict[str, tuple[str, ...]] = {
+    "name": ("name", "id"),
+    "source_model": ("source_model__name", "id"),
+    "scope": ("scope_type", "scope_id", "id"),
+    "status": ("enabled", "id"),
+    "created": ("created_at", "id"),
+    "updated": ("updated_at", "id"),
+}
+DEFAULT_CHAIN_ORDERING = "-created"
+
+
+def _with_entries(qs: QuerySet[FallbackChain]) -> QuerySet[FallbackChain]:
+    return qs.select_related("source_model", "source_model__provider").prefetch_related(
+        Prefetch("entries", queryset=ChainEntry.objects.select_related("model", "model__provider", "provider"))
+    )
+
+
+def chain_list(*, search: str = "", ordering: str = DEFAULT_CHAIN_ORDERING) -> QuerySet[FallbackChain]:
+    """Chains matching every word of `search` (name or source model), sorted by `ordering`."""
+    qs = FallbackChain.objects.all()
+    for word in search.split():
+        qs = qs.filter(Q(name__icontains=word) | Q(source_model__name__icontains=word))
+    key = ordering.lstrip("-")
+    fields = CHAIN_ORDERINGS.get(key) or CHAIN_ORDERINGS["created"]
+    if key not in CHAIN_ORDERINGS:
+        ordering = DEFAULT_CHAIN_ORDERING
+    if ordering.startswith("-"):
+        fields = tuple(f"-{f}" for f in fields)
+    return _with_entries(qs.order_by(*fields))
+
+
+def chain_get(*, chain_id: int) -> FallbackChain:
+    """One chain with its entries; raises FallbackChain.DoesNotExist."""
+    return _with_entries(FallbackChain.objects.all()).get(pk=chain_id)
+
+
+def chain_for(*, model: str, principal: Principal) -> FallbackChain | None:
+    """The most specific enabled chain for `model` that applies to `principal`."""
+    candidates = _with_entries(FallbackChain.objects.filter(source_model__name=model, enabled=True))
+    return resolve_most_specific(candidates, principal, lambda c: Scope(c.scope_type, c.scope_id))
+
+
+def chains_referencing_model(*, model: LlmModel) -> list[str]:
+    names = FallbackChain.objects.filter(Q(source_model=model) | Q(entries__model=model)).distinct()
+    return sorted(names.values_list("name", flat=True))
+
+
+def chains_referencing_provider(*, provider: Provider) -> list[str]:
+    qs = FallbackChain.objects.filter(
+        Q(source_model__provider=provider) | Q(entries__provider=provider) | Q(entries__model__provider=provider)
+    ).distinct()
+    return sorted(qs.values_list("name", flat=True))
+
+
+def chain_snapshot(chain: FallbackChain) -> dict[str, object]:
+    """The chain as plain data: what audit events record and the API returns."""
+    return {
+        "name": chain.name,
+        "source_model": chain.source_model.name,
+        "entries": [
+            {"model": e.model.name, "provider": e.provider.name if e.provider_id else None}
+            for e in chain.entries.all()
+        ],
+        "scope": {"type": chain.scope_type, "id": chain.scope_id},
+        "enabled": chain.enabled,
+    }
+
+
+def cost_ratio(*, source: LlmModel, model: LlmModel) -> float | None:
+    """Entry price relative to the source (input + output per 1M tokens); None when the source is free."""
+    base = source.blended_price
+    if base <= 0:
+        return None
+    return model.blended_price / base
+
+
+def cost_hint(*, source: LlmModel, model: LlmModel) -> str:
+    """Text such as "0.2× source cost" for the chain editor."""
+    ratio = cost_ratio(source=source, model=model)
+    if ratio is None:
+        return "source has no price"
+    text = f"{ratio:.0f}" if ratio >= 10 else f"{ratio:.2g}"
+    return f"{text}× source cost"
+
+
+@dataclass(frozen=True)
+class ChainWarning:
+    kind: str  # "routing_rule" | "capability"
+    message: str
+
+
+def chain_warnings(*, source: LlmModel, entries: list[LlmModel], scope: Scope) -> list[ChainWarning]:
+    """Non-blocking warnings for the editor: a routing rule rewrites the source away; an entry lacks a capability."""
+    from routing.models import RoutingRule
+
+    warnings: list[ChainWarning] = []
+    rules = RoutingRule.objects.filter(source_model=source, enabled=True).select_related("target_model")
+    for rule in rules:
+        if rule.target_model_id != source.pk and scopes_overlap(Scope(rule.scope_type, rule.scope_id), scope):
+            warnings.append(
+                ChainWarning(
+                    "routing_rule",
+                    f"Routing rule “{rule.name}” rewrites {source.name} to {rule.target_model.name} "
+                    f"in an overlapping scope, so callers there never reach this chain.",
+                )
+            )
+    needed = set(source.capabilities or [])
+    for model in entries:
+        missing = sorted(needed - set(model.capabilities or []))
+        if missing:
+            warnings.append(
+                ChainWarning(
+                    "capability",
+                    f"{model.name} lacks {', '.join(missing)} that {source.name} has; "
+                    f"requests using it may fail when served from this entry.",
+                )
+            )
+    return warnings

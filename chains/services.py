@@ -1,0 +1,248 @@
+"""Writes of fallback chains. Each service is one transaction and writes its audit event inside it."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from audit.services import audit_record, diff_fields
+from catalog.enums import ScopeType
+from catalog.models import LlmModel, Provider
+from catalog.scopes import Scope, scope_validate
+from chains.models import MAX_ENTRIES, ChainEntry, FallbackChain
+from chains.selectors import chain_get, chain_snapshot
+from controlplane.configbus import config_publish
+from controlplane.errors import ConflictError, ValidationFailed
+
+NAME_MAX = 200
+
+
+@dataclass(frozen=True)
+class EntryInput:
+    model: str
+    provider: str | None = None
+
+
+@dataclass(frozen=True)
+class ChainInput:
+    name: str
+    source_model: str
+    entries: list[EntryInput]
+    scope_type: str = ScopeType.GLOBAL
+    scope_id: int | None = None
+    enabled: bool = True
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    name: str
+    source: LlmModel
+    entries: list[tuple[LlmModel, Provider | None]]
+    scope: Scope
+    enabled: bool
+
+
+def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
+    """Validate every rule and collect all field errors before raising."""
+    errors: dict[str, list[str]] = {}
+
+    def err(field: str, message: str) -> None:
+        errors.setdefault(field, []).append(message)
+
+    name = (data.name or "").strip()
+    if not name:
+        err("name", "Name is required and cannot be only whitespace.")
+    elif len(name) > NAME_MAX:
+        err("name", f"Name is at most {NAME_MAX} characters.")
+
+    source_name = (data.source_model or "").strip()
+    models_by_name = {
+        m.name: m
+        for m in LlmModel.objects.select_related("provider").filter(
+            name__in=[source_name, *[(e.model or "").strip() for e in data.entries]]
+        )
+    }
+    source = models_by_name.get(source_name)
+    if not source_name:
+        err("source_model", "Source model is required and cannot be only whitespace.")
+    elif source is None:
+        err("source_model", f"Unknown model “{source_name}”.")
+
+    provider_names = {(e.provider or "").strip() for e in data.entries if (e.provider or "").strip()}
+    providers = {p.name: p for p in Provider.objects.filter(name__in=provider_names)}
+
+    if not data.entries:
+        err("entries", "A chain needs at least one entry.")
+    elif len(data.entries) > MAX_ENTRIES:
+        err("entries", f"A chain has at most {MAX_ENTRIES} entries (got {len(data.entries)}).")
+
+    resolved_entries: list[tuple[LlmModel, Provider | None]] = []
+    seen: dict[tuple[str, str], int] = {}
+    for i, entry in enumerate(data.entries):
+        field = f"entries.{i}"
+        model_name = (entry.model or "").strip()
+        provider_name = (entry.provider or "").strip()
+        model = models_by_name.get(model_name)
+        provider = providers.get(provider_name) if provider_name else None
+        if not model_name:
+            err(f"{field}.model", f"Entry {i + 1}: model is required and cannot be only whitespace.")
+            continue
+        if model is None:
+            err(f"{field}.model", f"Entry {i + 1}: unknown model “{model_name}”.")
+            continue
+        if provider_name and provider is None:
+            err(f"{field}.provider", f"Entry {i + 1}: unknown provider “{provider_name}”.")
+            continue
+        served_by = provider or model.provider
+        if source is not None and model.pk == source.pk and served_by.pk == source.provider_id:
+            err(f"{field}.model", f"Entry {i + 1}: {model_name} is the source model; a chain cannot fall back to itself.")
+            continue
+        key = (model.name, served_by.name)
+        if key in seen:
+            err(f"{field}.model", f"Entry {i + 1} repeats entry {seen[key] + 1} ({model.name} via {served_by.name}).")
+            continue
+        seen[key] = i
+        resolved_entries.append((model, provider))
+
+    scope: Scope | None = None
+    try:
+        scope = scope_validate(scope_type=data.scope_type, scope_id=data.scope_id)
+    except ValidationFailed as exc:
+        for field, messages in exc.errors.items():
+            errors.setdefault(field, []).extend(messages)
+
+    if source is not None and scope is not None:
+        clash = FallbackChain.objects.filter(source_model=source, scope_type=scope.type, scope_id=scope.id)
+        if exclude_chain_id is not None:
+            clash = clash.exclude(pk=exclude_chain_id)
+        other = clash.values_list("name", flat=True).first()
+        if other is not None:
+            err("source_model", f"Chain “{other}” already covers {source.name} in this scope; edit it instead.")
+
+    if errors:
+        first = next(iter(errors.values()))[0]
+        raise ValidationFailed(first, errors=errors)
+    assert source is not None and scope is not None
+    return _Resolved(name=name, source=source, entries=resolved_entries, scope=scope, enabled=bool(data.enabled))
+
+
+def _write_entries(chain: FallbackChain, entries: list[tuple[LlmModel, Provider | None]]) -> None:
+    chain.entries.all().delete()
+    ChainEntry.objects.bulk_create(
+        ChainEntry(chain=chain, position=i, model=model, provider=provider) for i, (model, provider) in enumerate(entries)
+    )
+
+
+def _unique_violation(exc: IntegrityError) -> ValidationFailed:
+    # Two concurrent creates passed validation; the database constraint caught the second.
+    return ValidationFailed(
+        "Another chain already covers this source model in this scope.",
+        errors={"source_model": ["Another chain already covers this source model in this scope."]},
+    )
+
+
+@transaction.atomic
+def chain_create(*, actor: Any, data: ChainInput) -> FallbackChain:
+    """Create a chain with its entries and audit it."""
+    r = _resolve(data, exclude_chain_id=None)
+    try:
+        with transaction.atomic():
+            chain = FallbackChain.objects.create(
+                name=r.name,
+                source_model=r.source,
+                scope_type=r.scope.type,
+                scope_id=r.scope.id,
+                enabled=r.enabled,
+                created_by=actor if getattr(actor, "is_authenticated", False) else None,
+            )
+    except IntegrityError as exc:
+        raise _unique_violation(exc) from None
+    _write_entries(chain, r.entries)
+    chain = chain_get(chain_id=chain.pk)
+    audit_record(
+        actor=actor, action="chain.create", object_type="chain", object_id=chain.pk, object_repr=chain.name,
+        after=chain_snapshot(chain),
+    )
+    transaction.on_commit(config_publish)
+    return chain
+
+
+def _lock(chain_id: int, version: int | None) -> FallbackChain:
+    """Lock the row and check the caller edited the current version."""
+    try:
+        chain = FallbackChain.objects.select_for_update().get(pk=chain_id)
+    except FallbackChain.DoesNotExist:
+        raise ConflictError("This chain no longer exists; it was deleted by someone else.") from None
+    if version is not None and chain.version != version:
+        raise ConflictError(
+            f"This chain was changed by someone else (you edited version {version}, it is now at version "
+            f"{chain.version}). Reload to see their changes, then apply yours again.",
+            errors={"version": [f"Stale version {version}; current is {chain.version}."]},
+        )
+    return chain
+
+
+@transaction.atomic
+def chain_update(*, actor: Any, chain_id: int, version: int, data: ChainInput) -> FallbackChain:
+    """Replace a chain's fields and entries if `version` is current; audit the changed fields."""
+    if version is None:
+        raise ValidationFailed("version is required.", errors={"version": ["Send the version you edited."]})
+    locked = _lock(chain_id, version)
+    before = chain_snapshot(chain_get(chain_id=locked.pk))
+    r = _resolve(data, exclude_chain_id=locked.pk)
+    try:
+        with transaction.atomic():
+            FallbackChain.objects.filter(pk=locked.pk).update(
+                name=r.name,
+                source_model=r.source,
+                scope_type=r.scope.type,
+                scope_id=r.scope.id,
+                enabled=r.enabled,
+                version=F("version") + 1,
+                updated_at=timezone.now(),
+            )
+    except IntegrityError as exc:
+        raise _unique_violation(exc) from None
+    chain = chain_get(chain_id=locked.pk)
+    _write_entries(chain, r.entries)
+    chain = chain_get(chain_id=locked.pk)
+    changed_before, changed_after = diff_fields(before, chain_snapshot(chain))
+    if changed_after:
+        audit_record(
+            actor=actor, action="chain.update", object_type="chain", object_id=chain.pk, object_repr=chain.name,
+            before=changed_before, after=changed_after,
+        )
+    transaction.on_commit(config_publish)
+    return chain
+
+
+@transaction.atomic
+def chain_set_enabled(*, actor: Any, chain_id: int, enabled: bool, version: int | None = None) -> FallbackChain:
+    """Enable or disable a chain and audit the change (no event when nothing changes)."""
+    locked = _lock(chain_id, version)
+    if locked.enabled != enabled:
+        FallbackChain.objects.filter(pk=locked.pk).update(enabled=enabled, version=F("version") + 1, updated_at=timezone.now())
+        audit_record(
+            actor=actor, action="chain.enable" if enabled else "chain.disable", object_type="chain",
+            object_id=locked.pk, object_repr=locked.name,
+            before={"enabled": locked.enabled}, after={"enabled": enabled},
+        )
+        transaction.on_commit(config_publish)
+    return chain_get(chain_id=locked.pk)
+
+
+@transaction.atomic
+def chain_delete(*, actor: Any, chain_id: int, version: int | None = None) -> None:
+    """Delete a chain; the audit event keeps a full snapshot."""
+    locked = _lock(chain_id, version)
+    snapshot = chain_snapshot(chain_get(chain_id=locked.pk))
+    snapshot["version"] = locked.version
+    locked.delete()
+    audit_record(
+        actor=actor, action="chain.delete", object_type="chain", object_id=chain_id, object_repr=snapshot["name"],  # type: ignore[arg-type]
+        before=snapshot,
+    )
+    transaction.on_commit(config_publish)
+

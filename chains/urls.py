@@ -1,0 +1,7 @@
+from django.urls import path
+
+app_name = "chains"
+
+urlpatterns: list = []
+
+api_urlpatterns: list = []

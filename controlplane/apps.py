@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ControlPlaneConfig(AppConfig):
+    name = "controlplane"
+    verbose_name = "Control Plane"

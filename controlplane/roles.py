@@ -1,0 +1,37 @@
+"""Roles are Django groups: admin, bi_read_only, user."""
+
+from enum import StrEnum
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+
+class Role(StrEnum):
+    ADMIN = "admin"
+    BI_READ_ONLY = "bi_read_only"
+    USER = "user"
+
+
+ROLE_LABELS = {Role.ADMIN: "Admin", Role.BI_READ_ONLY: "BI read-only", Role.USER: "User"}
+
+
+def user_roles(user: AbstractBaseUser | AnonymousUser) -> frozenset[str]:
+    """Role names of a user, cached on the instance for the request."""
+    if not user.is_authenticated:
+        return frozenset()
+    cached = getattr(user, "_cp_roles", None)
+    if cached is None:
+        cached = frozenset(user.groups.values_list("name", flat=True))  # type: ignore[attr-defined]
+        user._cp_roles = cached  # type: ignore[union-attr]
+    return cached
+
+
+def has_role(user: AbstractBaseUser | AnonymousUser, *roles: Role) -> bool:
+    return bool(user_roles(user) & {str(r) for r in roles})
+
+
+def primary_role(user: AbstractBaseUser | AnonymousUser) -> Role | None:
+    names = user_roles(user)
+    for role in (Role.ADMIN, Role.BI_READ_ONLY, Role.USER):
+        if role in names:
+            return role
+    return None

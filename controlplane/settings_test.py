@@ -1,0 +1,15 @@
+"""Test overrides: fast hasher, eager Celery. Services come from DATABASE_URL/REDIS_URL."""
+
+import os
+import secrets
+
+# Tests run in "production" mode when REDIS_URL is set; give them a throwaway key.
+os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+
+from controlplane.settings import *  # noqa: E402,F403
+
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+CELERY_TASK_ALWAYS_EAGER = True
+CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+SESSION_COOKIE_SECURE = False
+CSRF_COOKIE_SECURE = False

@@ -1,0 +1,82 @@
+"""Shared fixtures: the role cast (admin, bi_read_only, user, anonymous) and the Redis URL."""
+
+import os
+
+import pytest
+from django.contrib.auth.models import Group
+from django.test import Client
+
+# Playwright's sync API runs an event loop in the test thread; the ORM calls in
+# browser tests would otherwise raise SynchronousOnlyOperation. Tests only.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
+PASSWORD = "correct-horse-battery"
+
+
+def _make_user(django_user_model, username: str, role: str | None, **extra):
+    user = django_user_model.objects.create_user(username=username, password=PASSWORD, **extra)
+    if role:
+        user.groups.add(Group.objects.get(name=role))
+    return user
+
+
+@pytest.fixture
+def admin_user(db, django_user_model):
+    return _make_user(django_user_model, "alice", "admin", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def bi_user(db, django_user_model):
+    return _make_user(django_user_model, "bianca", "bi_read_only")
+
+
+@pytest.fixture
+def plain_user(db, django_user_model):
+    return _make_user(django_user_model, "ursula", "user")
+
+
+def _client_for(user) -> Client:
+    client = Client(enforce_csrf_checks=False)
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def admin_client(admin_user):
+    return _client_for(admin_user)
+
+
+@pytest.fixture
+def bi_client(bi_user):
+    return _client_for(bi_user)
+
+
+@pytest.fixture
+def user_client(plain_user):
+    return _client_for(plain_user)
+
+
+@pytest.fixture
+def anon_client(db):
+    return Client()
+
+
+@pytest.fixture(params=["admin", "bi_read_only", "user", "anonymous"])
+def role_client(request, db, django_user_model):
+    """Each role in turn: yields (role name, client)."""
+    role = request.param
+    if role == "anonymous":
+        return role, Client()
+    user = _make_user(django_user_model, f"{role}-member", role)
+    return role, _client_for(user)
+
+
+@pytest.fixture
+def redis_url() -> str:
+    """The real Redis. Unreachable Redis fails the test (never skips)."""
+    import redis
+
+    client = redis.Redis.from_url(TEST_REDIS_URL)
+    client.ping()
+    return TEST_REDIS_URL
