@@ -1,7 +1,5 @@
-from django.urls import path
+from django.urls import path  # noqa: F401
 
 app_name = "chains"
 
 urlpatterns: list = []
-
-api_urlpatterns: list = []

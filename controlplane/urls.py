@@ -4,17 +4,17 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
-from audit import urls as audit_urls
-from catalog import urls as catalog_urls
-from chains import urls as chains_urls
+from audit import api_urls as audit_api
+from catalog import api_urls as catalog_api
+from chains import api_urls as chains_api
 from controlplane import views
-from health import urls as health_urls
+from health import api_urls as health_api
 
 api_urlpatterns = [
-    *chains_urls.api_urlpatterns,
-    *catalog_urls.api_urlpatterns,
-    *audit_urls.api_urlpatterns,
-    *health_urls.api_urlpatterns,
+    *chains_api.api_urlpatterns,
+    *catalog_api.api_urlpatterns,
+    *audit_api.api_urlpatterns,
+    *health_api.api_urlpatterns,
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
 ]
 
@@ -23,9 +23,9 @@ urlpatterns = [
     path("login/", auth_views.LoginView.as_view(template_name="auth/login.html"), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("fallback/", RedirectView.as_view(pattern_name="chains:list", permanent=False), name="fallback"),
-    path("fallback/chains/", include(chains_urls)),
-    path("fallback/health/", include(health_urls)),
-    path("audit/", include(audit_urls)),
+    path("fallback/chains/", include("chains.urls")),
+    path("fallback/health/", include("health.urls")),
+    path("audit/", include("audit.urls")),
     path("api/", include(api_urlpatterns)),
     path("admin/", admin.site.urls),
 ]

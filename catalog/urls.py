@@ -1,7 +1,0 @@
-from django.urls import path
-
-app_name = "catalog"
-
-urlpatterns: list = []
-
-api_urlpatterns: list = []
