@@ -12,6 +12,7 @@ PORT ?= 8000
 # Tests use the local PostgreSQL and Redis unless told otherwise (CI exports these too).
 TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/controlplane
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
+export TEST_REDIS_URL
 
 .PHONY: help venv run test test-pg test-sqlite lint bench clean
 
@@ -32,7 +33,7 @@ venv: $(VENV)/.installed
 run: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	$(PY) manage.py runserver $(HOST):$(PORT)
+	$(VENV)/bin/uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) --no-access-log
 
 test: venv
 	$(MAKE) test-pg

@@ -20,7 +20,10 @@ def user_roles(user: AbstractBaseUser | AnonymousUser) -> frozenset[str]:
         return frozenset()
     cached = getattr(user, "_cp_roles", None)
     if cached is None:
-        cached = frozenset(user.groups.values_list("name", flat=True))  # type: ignore[attr-defined]
+        names = set(user.groups.values_list("name", flat=True))  # type: ignore[attr-defined]
+        if getattr(user, "is_superuser", False):
+            names.add(Role.ADMIN)  # a superuser can do everything an admin can
+        cached = frozenset(names)
         user._cp_roles = cached  # type: ignore[union-attr]
     return cached
 

@@ -22,6 +22,8 @@ EMBEDDED = not REDIS_URL
 ENVIRONMENT_NAME = env_str("ENVIRONMENT_NAME", "embedded" if EMBEDDED else "production")
 
 DEBUG = env_bool("DEBUG", False)
+# Where demo providers point (the simulator started by `make run`).
+SIMULATOR_URL = env_str("SIMULATOR_URL", "http://127.0.0.1:8001")
 
 
 def _secret_key() -> str:
@@ -71,6 +73,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.middleware.csp.ContentSecurityPolicyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -144,6 +147,16 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STATIC_ROOT = BASE_DIR / "staticfiles"
+# Embedded mode serves static files straight from the source folders (no collectstatic step).
+WHITENOISE_USE_FINDERS = EMBEDDED or DEBUG
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if EMBEDDED
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
 
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not EMBEDDED and not DEBUG)

@@ -1,0 +1,22 @@
+# One image for every process: console, gateway, worker, beat.
+FROM python:3.12-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    DJANGO_SETTINGS_MODULE=controlplane.settings \
+    CONTROLPLANE_VAR_DIR=/app/var
+
+WORKDIR /app
+COPY requirements.txt .
+RUN pip install -r requirements.txt gunicorn==23.0.0
+
+COPY . .
+RUN groupadd --system app && useradd --system --gid app --home /app app \
+    && mkdir -p /app/var && chown app:app /app/var \
+    && SECRET_KEY=build-only-not-used REDIS_URL=redis://unused:6379/0 python manage.py collectstatic --noinput
+
+USER app
+EXPOSE 8000
+# The console by default; compose overrides the command for the other processes.
+CMD ["gunicorn", "controlplane.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3"]

@@ -1,0 +1,109 @@
+"""Demo data for `make run`: an admin, providers and models, a routing rule, an alias, two chains.
+
+Idempotent: a second run changes nothing except printing the admin password again.
+"""
+
+import secrets
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from catalog.enums import ScopeType
+from catalog.models import Agent, Application, LlmModel, Provider, Team
+from chains.services import ChainInput, EntryInput, chain_create
+from routing.models import Alias, RoutingRule
+
+PROVIDERS = [
+    # name, protocol, simulator path
+    ("openai", "openai", "openai"),
+    ("anthropic", "anthropic", "anthropic"),
+    ("azure-openai", "openai", "azure"),
+    ("mistral", "openai", "mistral"),
+]
+MODELS = [
+    # name, provider, capabilities, input $/1M, output $/1M, context
+    ("gpt-4o", "openai", ["text", "vision", "tools", "json_output"], "2.50", "10.00", 128000),
+    ("gpt-4o-mini", "openai", ["text", "vision", "tools", "json_output"], "0.15", "0.60", 128000),
+    ("claude-sonnet-4", "anthropic", ["text", "vision", "tools", "assistant_prefill"], "3.00", "15.00", 200000),
+    ("claude-haiku-3.5", "anthropic", ["text", "tools", "assistant_prefill"], "0.80", "4.00", 200000),
+    ("mistral-large", "mistral", ["text", "tools", "json_output"], "2.00", "6.00", 128000),
+    ("mistral-small", "mistral", ["text", "tools", "json_output"], "0.20", "0.60", 32000),
+]
+
+
+class Command(BaseCommand):
+    help = "Load demo data (admin user, providers, models, a routing rule, an alias, two chains)."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        password = self._admin()
+        with transaction.atomic():
+            created = self._catalog()
+        self.stdout.write(self.style.SUCCESS("Demo data " + ("loaded." if created else "already present.")))
+        self.stdout.write(f"Console: sign in as  admin / {password}")
+
+    def _admin(self) -> str:
+        """Create the admin once; keep its password in var/ so every `make run` can print it."""
+        path = settings.VAR_DIR / "admin_password"
+        user_model = get_user_model()
+        user = user_model._default_manager.filter(username="admin").first()
+        if user is None or not path.exists():
+            password = secrets.token_urlsafe(12)
+            if user is None:
+                user = user_model._default_manager.create_superuser("admin", "admin@example.com", password)
+            else:
+                user.set_password(password)
+                user.save(update_fields=["password"])
+            settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
+            path.write_text(password)
+            path.chmod(0o600)
+        user.groups.add(Group.objects.get(name="admin"))
+        return path.read_text().strip()
+
+    def _catalog(self) -> bool:
+        if Provider.objects.exists():
+            return False
+        base = getattr(settings, "SIMULATOR_URL", "http://127.0.0.1:8001").rstrip("/")
+        providers = {
+            name: Provider.objects.create(
+                name=name, protocol=protocol, base_url=f"{base}/{path}/v1", api_key=f"sk-demo-{name}",
+                connect_timeout=2.0, read_timeout=30.0,
+            )
+            for name, protocol, path in PROVIDERS
+        }
+        models = {
+            name: LlmModel.objects.create(
+                name=name, provider=providers[provider], capabilities=caps,
+                input_price_per_mtok=Decimal(inp), output_price_per_mtok=Decimal(out), context_window=ctx,
+            )
+            for name, provider, caps, inp, out, ctx in MODELS
+        }
+        payments = Team.objects.create(name="payments")
+        support = Team.objects.create(name="support")
+        checkout = Application.objects.create(name="checkout", team=payments)
+        Agent.objects.create(name="refund-bot", application=checkout)
+        for name, role in (("analyst", "bi_read_only"), ("developer", "user")):
+            user = get_user_model()._default_manager.create_user(name, password=None)
+            user.groups.add(Group.objects.get(name=role))
+
+        RoutingRule.objects.create(
+            name="Support drafts on the small model", source_model=models["gpt-4o"], target_model=models["gpt-4o-mini"],
+            scope_type=ScopeType.TEAM, scope_id=support.pk, enabled=True,
+        )
+        Alias.objects.create(name="default", model=models["gpt-4o"])
+        Alias.objects.create(name="fast", model=models["gpt-4o-mini"])
+
+        chain_create(actor=None, data=ChainInput(
+            name="GPT-4o fallback", source_model="gpt-4o",
+            entries=[EntryInput("gpt-4o", "azure-openai"), EntryInput("claude-sonnet-4"), EntryInput("mistral-large")],
+        ))
+        chain_create(actor=None, data=ChainInput(
+            name="Payments: Claude Sonnet fallback", source_model="claude-sonnet-4",
+            entries=[EntryInput("gpt-4o"), EntryInput("mistral-large")],
+            scope_type=ScopeType.TEAM, scope_id=payments.pk,
+        ))
+        return True
