@@ -1,0 +1,262 @@
+/* Console behaviour: toasts, confirm dialogs, the chain editor. No inline script anywhere (strict CSP). */
+(function () {
+  "use strict";
+
+  /* ---------- Toasts ---------- */
+
+  const TOAST_MS = 6000;
+
+  function toastRegion() {
+    return document.getElementById("toasts");
+  }
+
+  function dismiss(toast) {
+    toast.classList.add("leaving");
+    window.setTimeout(function () { toast.remove(); }, 300);
+  }
+
+  function armToast(toast) {
+    if (toast.dataset.armed) return;
+    toast.dataset.armed = "1";
+    const close = toast.querySelector("[data-toast-close]");
+    if (close) close.addEventListener("click", function () { dismiss(toast); });
+    window.setTimeout(function () { dismiss(toast); }, TOAST_MS);
+  }
+
+  function showToast(message, level) {
+    const region = toastRegion();
+    if (!region) return;
+    const toast = document.createElement("div");
+    toast.className = "toast toast-" + (level || "info");
+    const text = document.createElement("span");
+    text.textContent = message;
+    const close = document.createElement("button");
+    close.type = "button";
+    close.setAttribute("data-toast-close", "");
+    close.setAttribute("aria-label", "Dismiss");
+    close.textContent = "×";
+    toast.append(text, close);
+    region.append(toast);
+    armToast(toast);
+  }
+
+  // Django messages travel in HX-Trigger: {"messages": [{"message", "level"}]}.
+  document.addEventListener("messages", function (event) {
+    const detail = event.detail || {};
+    const items = Array.isArray(detail) ? detail : detail.value || [];
+    items.forEach(function (m) { showToast(m.message, m.level); });
+  });
+
+  document.addEventListener("htmx:responseError", function (event) {
+    const status = event.detail.xhr ? event.detail.xhr.status : 0;
+    const text = status === 403 ? "Your role does not allow this action."
+      : status === 404 ? "That item no longer exists."
+      : status === 409 ? "Someone else changed this item; reload to see the current state."
+      : "The request failed (" + status + "). Try again.";
+    showToast(text, "error");
+  });
+
+  document.addEventListener("htmx:sendError", function () {
+    showToast("The server could not be reached.", "error");
+  });
+
+  /* ---------- Dialogs ---------- */
+
+  // A [data-dialog-open="id"] link opens the <dialog id=...>; without JS the link
+  // goes to a confirm page instead. Escape closes (native); focus returns to the opener.
+  document.addEventListener("click", function (event) {
+    const opener = event.target.closest("[data-dialog-open]");
+    if (opener) {
+      const dialog = document.getElementById(opener.dataset.dialogOpen);
+      if (dialog && typeof dialog.showModal === "function") {
+        event.preventDefault();
+        dialog._opener = opener;
+        dialog.showModal();
+      }
+      return;
+    }
+    const closer = event.target.closest("[data-dialog-close]");
+    if (closer) {
+      const dialog = closer.closest("dialog");
+      if (dialog) {
+        event.preventDefault();
+        dialog.close();
+      }
+    }
+  });
+
+  document.addEventListener("close", function (event) {
+    const dialog = event.target;
+    if (!(dialog instanceof HTMLDialogElement)) return;
+    const opener = dialog._opener;
+    if (opener && opener.isConnected) {
+      opener.focus();
+    } else {
+      const fallback = document.querySelector("[data-focus-after-dialog]") || document.querySelector("main h1");
+      if (fallback) {
+        if (!fallback.hasAttribute("tabindex")) fallback.setAttribute("tabindex", "-1");
+        fallback.focus();
+      }
+    }
+  }, true);
+
+  // A form inside a dialog that posts over HTMX closes its dialog once answered.
+  document.addEventListener("htmx:afterRequest", function (event) {
+    const dialog = event.target.closest && event.target.closest("dialog");
+    if (dialog && dialog.open) dialog.close();
+  });
+
+  /* ---------- Chain editor ---------- */
+
+  const ENTRY_NAME = /^entries-\d+-/;
+  const ENTRY_ID = /^id_entries-\d+-/;
+
+  function entryRows(list) {
+    return Array.from(list.querySelectorAll(":scope > .entry"));
+  }
+
+  // Field names carry the position (entries-0-model ...), so the posted order is the visible order.
+  function renumber(list) {
+    const rows = entryRows(list);
+    rows.forEach(function (row, i) {
+      row.querySelectorAll("[name]").forEach(function (el) {
+        el.name = el.name.replace(ENTRY_NAME, "entries-" + i + "-");
+      });
+      row.querySelectorAll("[id]").forEach(function (el) {
+        el.id = el.id.replace(ENTRY_ID, "id_entries-" + i + "-");
+      });
+      row.querySelectorAll("label[for]").forEach(function (el) {
+        el.htmlFor = el.htmlFor.replace(ENTRY_ID, "id_entries-" + i + "-");
+      });
+      const pos = row.querySelector(".entry-pos");
+      if (pos) pos.textContent = String(i + 1) + ".";
+      row.querySelectorAll("[data-entry-move]").forEach(function (btn) {
+        const up = btn.dataset.entryMove === "up";
+        btn.value = i + ":" + btn.dataset.entryMove;
+        btn.disabled = up ? i === 0 : i === rows.length - 1;
+        btn.setAttribute("aria-label", "Move entry " + (i + 1) + (up ? " up" : " down"));
+      });
+      const remove = row.querySelector("[data-entry-remove]");
+      if (remove) {
+        remove.value = "remove:" + i;
+        remove.setAttribute("aria-label", "Remove entry " + (i + 1));
+      }
+    });
+    const form = list.closest("form");
+    const add = form && form.querySelector("[data-entry-add]");
+    if (add) add.disabled = rows.length >= Number(list.dataset.max || 10);
+  }
+
+  function announce(list, text) {
+    const status = list.closest("form").querySelector("[data-entry-status]");
+    if (status) status.textContent = text;
+  }
+
+  // Ask the server to recompute cost hints and warnings (HTMX post to the same URL).
+  function refresh(form) {
+    const source = form.querySelector("[data-refresh-source]");
+    if (source && window.htmx) window.htmx.trigger(source, "change");
+  }
+
+  document.addEventListener("click", function (event) {
+    const move = event.target.closest("[data-entry-move]");
+    const remove = event.target.closest("[data-entry-remove]");
+    const add = event.target.closest("[data-entry-add]");
+    if (!move && !remove && !add) return;
+    const form = event.target.closest("form");
+    const list = form && form.querySelector(".entry-list");
+    if (!list) return;
+    event.preventDefault();
+
+    if (move) {
+      const row = move.closest(".entry");
+      const up = move.dataset.entryMove === "up";
+      const sibling = up ? row.previousElementSibling : row.nextElementSibling;
+      if (!sibling) return;
+      if (up) list.insertBefore(row, sibling);
+      else list.insertBefore(sibling, row);
+      renumber(list);
+      const rows = entryRows(list);
+      const index = rows.indexOf(row);
+      // Keep the keyboard where it was; if that button is now disabled, use its twin.
+      const again = row.querySelector('[data-entry-move="' + move.dataset.entryMove + '"]');
+      const twin = row.querySelector('[data-entry-move="' + (up ? "down" : "up") + '"]');
+      (again && !again.disabled ? again : twin).focus();
+      announce(list, "Entry moved to position " + (index + 1) + " of " + rows.length + ".");
+      return;
+    }
+
+    if (remove) {
+      const row = remove.closest(".entry");
+      row.remove();
+      renumber(list);
+      announce(list, "Entry removed.");
+      const next = list.querySelector(".entry select") || form.querySelector("[data-entry-add]");
+      if (next) next.focus();
+      refresh(form);
+      return;
+    }
+
+    if (add) {
+      const template = form.querySelector("template[data-entry-template]");
+      if (!template || entryRows(list).length >= Number(list.dataset.max || 10)) return;
+      const row = template.content.firstElementChild.cloneNode(true);
+      list.append(row);
+      renumber(list);
+      if (window.htmx) window.htmx.process(row);
+      const select = row.querySelector("select");
+      if (select) select.focus();
+      announce(list, "Entry " + entryRows(list).length + " added.");
+    }
+  });
+
+  function initEditor(root) {
+    const lists = root.querySelectorAll ? root.querySelectorAll(".entry-list") : [];
+    lists.forEach(function (list) {
+      renumber(list);
+      if (list._sortable || !window.Sortable) return;
+      // forceFallback: mouse/touch events instead of native drag and drop, which behaves
+      // the same in every browser and under automation.
+      list._sortable = window.Sortable.create(list, {
+        handle: ".drag-handle",
+        draggable: ".entry",
+        animation: 150,
+        forceFallback: true,
+        onEnd: function (evt) {
+          renumber(list);
+          if (evt.oldIndex !== evt.newIndex) {
+            announce(list, "Entry moved to position " + (evt.newIndex + 1) + ".");
+          }
+        },
+      });
+    });
+    // Scope target is meaningless for the global scope.
+    const scopeTypes = root.querySelectorAll ? root.querySelectorAll("[data-scope-type]") : [];
+    scopeTypes.forEach(function (select) {
+      const target = select.form && select.form.querySelector("[data-scope-target]");
+      if (target) target.disabled = select.value === "global";
+    });
+  }
+
+  document.addEventListener("change", function (event) {
+    if (event.target.matches && event.target.matches("[data-scope-type]")) {
+      const target = event.target.form.querySelector("[data-scope-target]");
+      if (target) target.disabled = event.target.value === "global";
+    }
+  });
+
+  /* ---------- Boot ---------- */
+
+  function boot() {
+    document.querySelectorAll("#toasts .toast").forEach(armToast);
+    initEditor(document);
+    // initEditor is idempotent, so it does not matter whether htmx already fired its first load.
+    if (window.htmx) window.htmx.onLoad(initEditor);
+  }
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", boot);
+  } else {
+    boot();
+  }
+})();
