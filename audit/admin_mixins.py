@@ -31,18 +31,37 @@ class AuditedAdminMixin:
             b, a = diff_fields(before, after)
             if not a:
                 return
-            audit_record(actor=request.user, action=f"{kind}.update", object_type=kind, object_id=obj.pk,
-                         object_repr=str(obj), before=b, after=a)
+            audit_record(
+                actor=request.user,
+                action=f"{kind}.update",
+                object_type=kind,
+                object_id=obj.pk,
+                object_repr=str(obj),
+                before=b,
+                after=a,
+            )
         else:
-            audit_record(actor=request.user, action=f"{kind}.create", object_type=kind, object_id=obj.pk,
-                         object_repr=str(obj), after=after)
+            audit_record(
+                actor=request.user,
+                action=f"{kind}.create",
+                object_type=kind,
+                object_id=obj.pk,
+                object_repr=str(obj),
+                after=after,
+            )
         transaction.on_commit(config_publish)
 
     def delete_model(self, request: Any, obj: Any) -> None:
         snapshot, pk, kind, text = _plain(obj), obj.pk, obj._meta.model_name, str(obj)
         super().delete_model(request, obj)  # type: ignore[misc]
-        audit_record(actor=request.user, action=f"{kind}.delete", object_type=kind, object_id=pk,
-                     object_repr=text, before=snapshot)
+        audit_record(
+            actor=request.user,
+            action=f"{kind}.delete",
+            object_type=kind,
+            object_id=pk,
+            object_repr=text,
+            before=snapshot,
+        )
         transaction.on_commit(config_publish)
 
     def delete_queryset(self, request: Any, queryset: Any) -> None:

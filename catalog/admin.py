@@ -108,7 +108,12 @@ class ApiKeyAdmin(admin.ModelAdmin):
         if change:
             return
         created = api_key_create(
-            actor=request.user, name=obj.name, user=obj.user, team=obj.team, application=obj.application, agent=obj.agent
+            actor=request.user,
+            name=obj.name,
+            user=obj.user,
+            team=obj.team,
+            application=obj.application,
+            agent=obj.agent,
         )
         obj.pk = created.key.pk
         obj.prefix = created.key.prefix

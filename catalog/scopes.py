@@ -92,7 +92,9 @@ def scope_validate(*, scope_type: str, scope_id: int | None, field: str = "scope
     try:
         target_id = int(scope_id)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValidationFailed("Scope target id must be an integer.", errors={field: ["Target id must be an integer."]}) from None
+        raise ValidationFailed(
+            "Scope target id must be an integer.", errors={field: ["Target id must be an integer."]}
+        ) from None
     model = _target_model(scope_type)
     assert model is not None
     if not model._default_manager.filter(pk=target_id).exists():
@@ -127,8 +129,10 @@ def scope_names(scopes: Iterable[tuple[str, int | None]]) -> dict[tuple[str, int
         if scope_type == ScopeType.USER:
             rows = model._default_manager.filter(pk__in=ids).values_list("pk", "username")
         elif scope_type == ScopeType.KEY:
-            rows = [(pk, f"{name} ({prefix}…)") for pk, name, prefix in
-                    model._default_manager.filter(pk__in=ids).values_list("pk", "name", "prefix")]
+            rows = [
+                (pk, f"{name} ({prefix}…)")
+                for pk, name, prefix in model._default_manager.filter(pk__in=ids).values_list("pk", "name", "prefix")
+            ]
         else:
             rows = model._default_manager.filter(pk__in=ids).values_list("pk", "name")
         for pk, name in rows:
@@ -146,13 +150,15 @@ def scope_choices() -> list[tuple[str, list[tuple[int, str]]]]:
         (ScopeType.AGENT, list(Agent.objects.values_list("pk", "name"))),
         (
             ScopeType.KEY,
-            [(pk, f"{name} ({prefix}…)") for pk, name, prefix in
-             ApiKey.objects.filter(revoked_at=None).values_list("pk", "name", "prefix")],
+            [
+                (pk, f"{name} ({prefix}…)")
+                for pk, name, prefix in ApiKey.objects.filter(revoked_at=None).values_list("pk", "name", "prefix")
+            ],
         ),
     ]
 
 
-def resolve_most_specific(items: Iterable[T], principal: Principal, scope_of: Callable[[T], Scope]) -> T | None:
+def resolve_most_specific[T](items: Iterable[T], principal: Principal, scope_of: Callable[[T], Scope]) -> T | None:
     """Pick the item whose scope is the most specific one the principal matches."""
     rank = {scope: i for i, scope in enumerate(principal.scopes())}
     best: T | None = None

@@ -45,7 +45,9 @@ class ChainEntry(models.Model):
     position = models.PositiveSmallIntegerField()
     model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="chain_entries")
     # Optional: serve this model through another provider than its default one.
-    provider = models.ForeignKey(Provider, null=True, blank=True, on_delete=models.PROTECT, related_name="chain_entries")
+    provider = models.ForeignKey(
+        Provider, null=True, blank=True, on_delete=models.PROTECT, related_name="chain_entries"
+    )
 
     class Meta:
         ordering = ["chain", "position"]

@@ -69,8 +69,7 @@ def chain_snapshot(chain: FallbackChain) -> dict[str, object]:
         "name": chain.name,
         "source_model": chain.source_model.name,
         "entries": [
-            {"model": e.model.name, "provider": e.provider.name if e.provider_id else None}
-            for e in chain.entries.all()
+            {"model": e.model.name, "provider": e.provider.name if e.provider_id else None} for e in chain.entries.all()
         ],
         "scope": {"type": chain.scope_type, "id": chain.scope_id},
         "enabled": chain.enabled,

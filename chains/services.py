@@ -97,7 +97,10 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
             continue
         served_by = provider or model.provider
         if source is not None and model.pk == source.pk and served_by.pk == source.provider_id:
-            err(f"{field}.model", f"Entry {i + 1}: {model_name} is the source model; a chain cannot fall back to itself.")
+            err(
+                f"{field}.model",
+                f"Entry {i + 1}: {model_name} is the source model; a chain cannot fall back to itself.",
+            )
             continue
         key = (model.name, served_by.name)
         if key in seen:
@@ -131,7 +134,8 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
 def _write_entries(chain: FallbackChain, entries: list[tuple[LlmModel, Provider | None]]) -> None:
     chain.entries.all().delete()
     ChainEntry.objects.bulk_create(
-        ChainEntry(chain=chain, position=i, model=model, provider=provider) for i, (model, provider) in enumerate(entries)
+        ChainEntry(chain=chain, position=i, model=model, provider=provider)
+        for i, (model, provider) in enumerate(entries)
     )
 
 
@@ -162,7 +166,11 @@ def chain_create(*, actor: Any, data: ChainInput) -> FallbackChain:
     _write_entries(chain, r.entries)
     chain = chain_get(chain_id=chain.pk)
     audit_record(
-        actor=actor, action="chain.create", object_type="chain", object_id=chain.pk, object_repr=chain.name,
+        actor=actor,
+        action="chain.create",
+        object_type="chain",
+        object_id=chain.pk,
+        object_repr=chain.name,
         after=chain_snapshot(chain),
     )
     transaction.on_commit(config_publish)
@@ -211,8 +219,13 @@ def chain_update(*, actor: Any, chain_id: int, version: int, data: ChainInput) -
     changed_before, changed_after = diff_fields(before, chain_snapshot(chain))
     if changed_after:
         audit_record(
-            actor=actor, action="chain.update", object_type="chain", object_id=chain.pk, object_repr=chain.name,
-            before=changed_before, after=changed_after,
+            actor=actor,
+            action="chain.update",
+            object_type="chain",
+            object_id=chain.pk,
+            object_repr=chain.name,
+            before=changed_before,
+            after=changed_after,
         )
     transaction.on_commit(config_publish)
     return chain
@@ -223,11 +236,17 @@ def chain_set_enabled(*, actor: Any, chain_id: int, enabled: bool, version: int 
     """Enable or disable a chain and audit the change (no event when nothing changes)."""
     locked = _lock(chain_id, version)
     if locked.enabled != enabled:
-        FallbackChain.objects.filter(pk=locked.pk).update(enabled=enabled, version=F("version") + 1, updated_at=timezone.now())
+        FallbackChain.objects.filter(pk=locked.pk).update(
+            enabled=enabled, version=F("version") + 1, updated_at=timezone.now()
+        )
         audit_record(
-            actor=actor, action="chain.enable" if enabled else "chain.disable", object_type="chain",
-            object_id=locked.pk, object_repr=locked.name,
-            before={"enabled": locked.enabled}, after={"enabled": enabled},
+            actor=actor,
+            action="chain.enable" if enabled else "chain.disable",
+            object_type="chain",
+            object_id=locked.pk,
+            object_repr=locked.name,
+            before={"enabled": locked.enabled},
+            after={"enabled": enabled},
         )
         transaction.on_commit(config_publish)
     return chain_get(chain_id=locked.pk)
@@ -241,8 +260,11 @@ def chain_delete(*, actor: Any, chain_id: int, version: int | None = None) -> No
     snapshot["version"] = locked.version
     locked.delete()
     audit_record(
-        actor=actor, action="chain.delete", object_type="chain", object_id=chain_id, object_repr=snapshot["name"],  # type: ignore[arg-type]
+        actor=actor,
+        action="chain.delete",
+        object_type="chain",
+        object_id=chain_id,
+        object_repr=snapshot["name"],  # type: ignore[arg-type]
         before=snapshot,
     )
     transaction.on_commit(config_publish)
-

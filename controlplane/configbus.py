@@ -45,7 +45,7 @@ def config_publish() -> int:
             client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=1, socket_connect_timeout=1)
             version = int(client.incr(VERSION_KEY))
             client.publish(CHANNEL, str(version))
-        except Exception:  # noqa: BLE001 - a failed notify must not fail the save; gateways also poll
+        except Exception:
             log.exception("config_publish: Redis notify failed")
     with _lock:
         _local_version = max(_local_version + 1, version)
@@ -54,6 +54,6 @@ def config_publish() -> int:
     for listener in listeners:
         try:
             listener(version)
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("config listener failed")
     return version

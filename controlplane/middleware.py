@@ -24,9 +24,7 @@ class HtmxMessagesMiddleware:
             return redirect
         if response.status_code in (301, 302) or "HX-Redirect" in response or "HX-Refresh" in response:
             return response
-        pending = [
-            {"message": str(m), "level": m.level_tag} for m in messages.get_messages(request)
-        ]
+        pending = [{"message": str(m), "level": m.level_tag} for m in messages.get_messages(request)]
         if pending:
             triggers = json.loads(response.get("HX-Trigger", "{}") or "{}")
             if not isinstance(triggers, dict):

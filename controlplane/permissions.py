@@ -45,7 +45,5 @@ class IsAuditReader(BasePermission):
 
     def has_permission(self, request: Any, view: Any) -> bool:
         return bool(
-            request.user
-            and request.user.is_authenticated
-            and has_role(request.user, Role.ADMIN, Role.BI_READ_ONLY)
+            request.user and request.user.is_authenticated and has_role(request.user, Role.ADMIN, Role.BI_READ_ONLY)
         )

@@ -146,7 +146,8 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATICFILES_DIRS = [BASE_DIR / "static"]
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# collectstatic target in production; embedded mode serves from the source folders instead.
+STATIC_ROOT = None if EMBEDDED else BASE_DIR / "staticfiles"
 # Embedded mode serves static files straight from the source folders (no collectstatic step).
 WHITENOISE_USE_FINDERS = EMBEDDED or DEBUG
 STORAGES = {

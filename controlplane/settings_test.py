@@ -6,7 +6,7 @@ import secrets
 # Tests run in "production" mode when REDIS_URL is set; give them a throwaway key.
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
 
-from controlplane.settings import *  # noqa: E402,F403
+from controlplane.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
@@ -15,6 +15,7 @@ SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
 # No collectstatic in tests: serve and resolve static files from the source folders.
 WHITENOISE_USE_FINDERS = True
+STATIC_ROOT = None
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},

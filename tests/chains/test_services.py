@@ -129,14 +129,20 @@ def test_chain_update_audits_only_changed_fields(models, admin_user):
     chain = chain_create(actor=admin_user, data=make_input())
 
     chain_update(
-        actor=admin_user, chain_id=chain.pk, version=1,
+        actor=admin_user,
+        chain_id=chain.pk,
+        version=1,
         data=make_input(entries=[EntryInput("gemini-pro"), EntryInput("claude-sonnet")]),
     )
 
     event = AuditEvent.objects.order_by("-id").first()
     assert event.action == "chain.update"
-    assert event.before == {"entries": [{"model": "claude-sonnet", "provider": None}, {"model": "gemini-pro", "provider": None}]}
-    assert event.after == {"entries": [{"model": "gemini-pro", "provider": None}, {"model": "claude-sonnet", "provider": None}]}
+    assert event.before == {
+        "entries": [{"model": "claude-sonnet", "provider": None}, {"model": "gemini-pro", "provider": None}]
+    }
+    assert event.after == {
+        "entries": [{"model": "gemini-pro", "provider": None}, {"model": "claude-sonnet", "provider": None}]
+    }
 
 
 def test_chain_update_invalid_leaves_chain_untouched(models, admin_user):
@@ -160,7 +166,10 @@ def test_chain_toggle_and_delete_are_audited(models, admin_user):
     actions = list(AuditEvent.objects.order_by("id").values_list("action", flat=True))
     assert actions == ["chain.create", "chain.disable", "chain.delete"]
     deleted = AuditEvent.objects.order_by("-id").first()
-    assert deleted.before["entries"] == [{"model": "claude-sonnet", "provider": None}, {"model": "gemini-pro", "provider": None}]
+    assert deleted.before["entries"] == [
+        {"model": "claude-sonnet", "provider": None},
+        {"model": "gemini-pro", "provider": None},
+    ]
     assert FallbackChain.objects.count() == 0
     assert ChainEntry.objects.count() == 0
 

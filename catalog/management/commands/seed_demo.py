@@ -70,15 +70,23 @@ class Command(BaseCommand):
         base = getattr(settings, "SIMULATOR_URL", "http://127.0.0.1:8001").rstrip("/")
         providers = {
             name: Provider.objects.create(
-                name=name, protocol=protocol, base_url=f"{base}/{path}/v1", api_key=f"sk-demo-{name}",
-                connect_timeout=2.0, read_timeout=30.0,
+                name=name,
+                protocol=protocol,
+                base_url=f"{base}/{path}/v1",
+                api_key=f"sk-demo-{name}",
+                connect_timeout=2.0,
+                read_timeout=30.0,
             )
             for name, protocol, path in PROVIDERS
         }
         models = {
             name: LlmModel.objects.create(
-                name=name, provider=providers[provider], capabilities=caps,
-                input_price_per_mtok=Decimal(inp), output_price_per_mtok=Decimal(out), context_window=ctx,
+                name=name,
+                provider=providers[provider],
+                capabilities=caps,
+                input_price_per_mtok=Decimal(inp),
+                output_price_per_mtok=Decimal(out),
+                context_window=ctx,
             )
             for name, provider, caps, inp, out, ctx in MODELS
         }
@@ -91,19 +99,36 @@ class Command(BaseCommand):
             user.groups.add(Group.objects.get(name=role))
 
         RoutingRule.objects.create(
-            name="Support drafts on the small model", source_model=models["gpt-4o"], target_model=models["gpt-4o-mini"],
-            scope_type=ScopeType.TEAM, scope_id=support.pk, enabled=True,
+            name="Support drafts on the small model",
+            source_model=models["gpt-4o"],
+            target_model=models["gpt-4o-mini"],
+            scope_type=ScopeType.TEAM,
+            scope_id=support.pk,
+            enabled=True,
         )
         Alias.objects.create(name="default", model=models["gpt-4o"])
         Alias.objects.create(name="fast", model=models["gpt-4o-mini"])
 
-        chain_create(actor=None, data=ChainInput(
-            name="GPT-4o fallback", source_model="gpt-4o",
-            entries=[EntryInput("gpt-4o", "azure-openai"), EntryInput("claude-sonnet-4"), EntryInput("mistral-large")],
-        ))
-        chain_create(actor=None, data=ChainInput(
-            name="Payments: Claude Sonnet fallback", source_model="claude-sonnet-4",
-            entries=[EntryInput("gpt-4o"), EntryInput("mistral-large")],
-            scope_type=ScopeType.TEAM, scope_id=payments.pk,
-        ))
+        chain_create(
+            actor=None,
+            data=ChainInput(
+                name="GPT-4o fallback",
+                source_model="gpt-4o",
+                entries=[
+                    EntryInput("gpt-4o", "azure-openai"),
+                    EntryInput("claude-sonnet-4"),
+                    EntryInput("mistral-large"),
+                ],
+            ),
+        )
+        chain_create(
+            actor=None,
+            data=ChainInput(
+                name="Payments: Claude Sonnet fallback",
+                source_model="claude-sonnet-4",
+                entries=[EntryInput("gpt-4o"), EntryInput("mistral-large")],
+                scope_type=ScopeType.TEAM,
+                scope_id=payments.pk,
+            ),
+        )
         return True
