@@ -1,0 +1,305 @@
+"""A fake upstream speaking the OpenAI chat-completions API, with fault injection.
+
+Each provider points at `http://host:port/<name>/v1`. The behaviour of `<name>` comes
+from the control endpoint, or else from the name itself:
+
+    ok (any other name)   200 with a completion
+    fail-<status>         that status with an OpenAI-shaped error (e.g. fail-503, fail-429)
+    slow-<ms>             200 after <ms> milliseconds
+    hang                  never answers (until the client gives up)
+    close                 starts the response, then drops the connection
+    midstream-<n>         streams <n> chunks, then drops the connection
+    flaky-<pct>           <pct>% of calls answer 500, deterministically spread
+
+Control endpoint (JSON): GET /_sim/state; PUT /_sim/providers/<name> with any of
+{"mode", "status", "latency_ms", "chunks", "chunk_delay_ms", "fail_after_chunks",
+"fail_rate"}; DELETE /_sim/providers/<name>; POST /_sim/reset (behaviours and counters).
+"""
+
+import asyncio
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+Scope = dict[str, Any]
+Receive = Any
+Send = Any
+
+MODES = ("ok", "status", "hang", "close", "midstream", "flaky")
+_JSON = [(b"content-type", b"application/json")]
+_SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+
+
+class DropConnection(Exception):
+    """Raised after the response started: the server then closes the socket mid-response."""
+
+
+class _QuietDrops(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and isinstance(record.exc_info[1], DropConnection))
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietDrops())
+
+
+@dataclass(frozen=True)
+class Behaviour:
+    mode: str = "ok"
+    status: int = 500
+    latency_ms: float = 0.0
+    chunks: int = 5
+    chunk_delay_ms: float = 0.0
+    fail_after_chunks: int = 2
+    fail_rate: float = 0.0
+
+    @classmethod
+    def from_name(cls, name: str) -> "Behaviour":
+        kind, _, arg = name.partition("-")
+        try:
+            if kind == "fail" and arg:
+                return cls(mode="status", status=int(arg))
+            if kind == "slow" and arg:
+                return cls(latency_ms=float(arg))
+            if kind == "midstream" and arg:
+                return cls(mode="midstream", fail_after_chunks=int(arg))
+            if kind == "flaky" and arg:
+                return cls(mode="flaky", fail_rate=float(arg) / 100)
+        except ValueError:
+            return cls()
+        if name in ("hang", "close"):
+            return cls(mode=name)
+        return cls()
+
+    def updated(self, data: dict[str, Any]) -> "Behaviour":
+        known = {f.name: f.type for f in fields(self)}
+        unknown = set(data) - set(known)
+        if unknown:
+            raise ValueError(f"unknown fields: {', '.join(sorted(unknown))}")
+        if "mode" in data and data["mode"] not in MODES:
+            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        clean = {k: (v if k == "mode" else (int(v) if known[k] in (int, "int") else float(v))) for k, v in data.items()}
+        return replace(self, **clean)
+
+
+class Simulator:
+    """The ASGI app. One instance holds the behaviours and the per-provider request counters."""
+
+    def __init__(self) -> None:
+        self.behaviours: dict[str, Behaviour] = {}
+        self.requests: Counter[str] = Counter()
+        self._flaky_seq: Counter[str] = Counter()
+
+    def behaviour(self, name: str) -> Behaviour:
+        return self.behaviours.get(name) or Behaviour.from_name(name)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        if scope["type"] != "http":
+            return
+        path: str = scope["path"]
+        method: str = scope["method"]
+        if path.startswith("/_sim/"):
+            await self._control(method, path, receive, send)
+            return
+        parts = path.strip("/").split("/")
+        if len(parts) >= 3 and parts[1] == "v1":
+            name, endpoint = parts[0], "/".join(parts[2:])
+            if endpoint == "chat/completions" and method == "POST":
+                await self._chat(name, receive, send)
+                return
+            if endpoint == "models" and method == "GET":
+                await _json(send, 200, {"object": "list", "data": [{"id": "simulated", "object": "model"}]})
+                return
+        await _json(send, 404, _error(f"No route for {method} {path}", "invalid_request_error"))
+
+    async def _chat(self, name: str, receive: Receive, send: Send) -> None:
+        body = await _read_body(receive)
+        self.requests[name] += 1
+        try:
+            request = json.loads(body or b"{}")
+        except json.JSONDecodeError:
+            await _json(send, 400, _error("Invalid JSON body", "invalid_request_error"))
+            return
+        b = self.behaviour(name)
+        if b.latency_ms:
+            await asyncio.sleep(b.latency_ms / 1000)
+        if b.mode == "hang":
+            await _wait_disconnect(receive, limit=600)
+            return
+        if b.mode == "status" or (b.mode == "flaky" and self._flaky_fails(name, b.fail_rate)):
+            await _json(send, b.status, _error(f"Simulated {b.status} from {name}", "server_error"))
+            return
+        if b.mode == "close":
+            await send({"type": "http.response.start", "status": 200, "headers": [*_JSON, (b"content-length", b"512")]})
+            await send({"type": "http.response.body", "body": b'{"id": "trunc', "more_body": True})
+            raise DropConnection
+        model = str(request.get("model", "unknown"))
+        prompt_tokens = _count_tokens(request.get("messages"))
+        if request.get("stream"):
+            await self._stream(name, model, prompt_tokens, b, request, send)
+            return
+        text = f"Simulated reply from {name} for {model}."
+        completion_tokens = len(text.split())
+        await _json(
+            send,
+            200,
+            {
+                "id": f"chatcmpl-sim-{self.requests[name]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+                "usage": {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+            },
+        )
+
+    async def _stream(
+        self, name: str, model: str, prompt_tokens: int, b: Behaviour, request: dict[str, Any], send: Send
+    ) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        created = int(time.time())
+        ident = f"chatcmpl-sim-{self.requests[name]}"
+        for i in range(b.chunks):
+            if b.mode == "midstream" and i >= b.fail_after_chunks:
+                raise DropConnection
+            delta = {"role": "assistant", "content": ""} if i == 0 else {"content": f"word{i} "}
+            chunk = {
+                "id": ident,
+                "object": "chat.completion.chunk",
+                "created": created,
+                "model": model,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
+            }
+            await send({"type": "http.response.body", "body": _sse(chunk), "more_body": True})
+            if b.chunk_delay_ms:
+                await asyncio.sleep(b.chunk_delay_ms / 1000)
+        if b.mode == "midstream":
+            raise DropConnection
+        final = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+        tail = _sse(final)
+        if (request.get("stream_options") or {}).get("include_usage"):
+            usage = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": b.chunks - 1,
+                "total_tokens": prompt_tokens + b.chunks - 1,
+            }
+            tail += _sse(
+                {
+                    "id": ident,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": model,
+                    "choices": [],
+                    "usage": usage,
+                }
+            )
+        await send({"type": "http.response.body", "body": tail + b"data: [DONE]\n\n", "more_body": False})
+
+    def _flaky_fails(self, name: str, rate: float) -> bool:
+        # Deterministic spread: call n fails when floor(n*rate) increases.
+        self._flaky_seq[name] += 1
+        n = self._flaky_seq[name]
+        return int(n * rate) > int((n - 1) * rate)
+
+    async def _control(self, method: str, path: str, receive: Receive, send: Send) -> None:
+        body = await _read_body(receive)
+        if path == "/_sim/state" and method == "GET":
+            names = sorted(set(self.behaviours) | set(self.requests))
+            await _json(
+                send, 200, {n: {"behaviour": asdict(self.behaviour(n)), "requests": self.requests[n]} for n in names}
+            )
+            return
+        if path == "/_sim/reset" and method == "POST":
+            self.behaviours.clear()
+            self.requests.clear()
+            self._flaky_seq.clear()
+            await _json(send, 200, {"reset": True})
+            return
+        if path.startswith("/_sim/providers/"):
+            name = path.removeprefix("/_sim/providers/").strip("/")
+            if method == "DELETE":
+                self.behaviours.pop(name, None)
+                await _json(send, 200, asdict(self.behaviour(name)))
+                return
+            if method == "PUT":
+                try:
+                    data = json.loads(body or b"{}")
+                    if not isinstance(data, dict):
+                        raise ValueError("body must be a JSON object")
+                    self.behaviours[name] = self.behaviour(name).updated(data)
+                except (ValueError, TypeError) as exc:
+                    await _json(send, 400, _error(str(exc), "invalid_request_error"))
+                    return
+                await _json(send, 200, asdict(self.behaviours[name]))
+                return
+        await _json(send, 404, _error(f"No control route {method} {path}", "invalid_request_error"))
+
+
+def _error(message: str, kind: str) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+
+
+def _sse(obj: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+
+
+def _count_tokens(messages: Any) -> int:
+    if not isinstance(messages, list):
+        return 0
+    return sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict)) + 3
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    return b"".join(chunks)
+
+
+async def _wait_disconnect(receive: Receive, limit: float) -> None:
+    try:
+        async with asyncio.timeout(limit):
+            while (await receive())["type"] != "http.disconnect":
+                pass
+    except TimeoutError:
+        return
+
+
+async def _json(send: Send, status: int, payload: Any) -> None:
+    body = json.dumps(payload, separators=(",", ":")).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*_JSON, (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+app = Simulator()

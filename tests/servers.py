@@ -1,0 +1,32 @@
+"""Run an ASGI app on a real socket in a background thread, for tests over the network."""
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+
+@contextlib.contextmanager
+def serve(app: Any, *, host: str = "127.0.0.1") -> Iterator[str]:
+    """Serve `app` with uvicorn on a free port; yields the base URL; stops it on exit."""
+    config = uvicorn.Config(
+        app, host=host, port=0, log_level="warning", access_log=False, lifespan="off", loop="asyncio", http="h11"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 10
+    # Readiness wait for the server thread (not a synchronisation sleep on behaviour under test).
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("test server did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
