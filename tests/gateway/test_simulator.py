@@ -42,7 +42,7 @@ def test_fail_path_returns_that_status_in_openai_shape(sim, status):
 
 
 def test_control_endpoint_switches_behaviour_and_counts(sim):
-    app, url = sim
+    _, url = sim
 
     put = httpx.put(f"{url}/_sim/providers/openai", json={"mode": "status", "status": 503})
     failed = httpx.post(f"{url}/openai/v1/chat/completions", json=BODY)
