@@ -46,3 +46,43 @@ class Alias(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} → {self.model}"
+
+
+class GuardrailAction(models.TextChoices):
+    DENY = "deny", "Refuse the request"
+    REWRITE = "rewrite", "Rewrite the model"
+
+
+class Guardrail(Scoped):
+    """A scoped check before routing: refuse a model (403 with `message`) or rewrite it to another.
+
+    `model` empty matches every model. For one (model, scope) the most specific enabled
+    guardrail wins, a model-specific one before a catch-all in the same scope.
+    """
+
+    name = models.CharField(max_length=200)
+    model = models.ForeignKey(
+        LlmModel, null=True, blank=True, on_delete=models.PROTECT, related_name="guardrails",
+        help_text="Leave empty to match every model.",
+    )
+    action = models.CharField(max_length=16, choices=GuardrailAction.choices, default=GuardrailAction.DENY)
+    target_model = models.ForeignKey(
+        LlmModel, null=True, blank=True, on_delete=models.PROTECT, related_name="guardrails_to",
+        help_text="For rewrite: the model to call instead.",
+    )
+    message = models.CharField(max_length=300, blank=True, default="",
+                               help_text="For deny: the reason the client sees.")
+    enabled = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(action="deny") | Q(target_model__isnull=False), name="guardrail_rewrite_has_target"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
