@@ -1,0 +1,50 @@
+"""The interface every breaker backend implements (one contract suite drives them all)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from health.breaker.types import CircuitSnapshot, ConfigSet, Decision, Outcome, ResetResult
+
+# A probe that never reports (its process died) frees the half-open slot after this long.
+# Longer than the default upstream read timeout (60 s) so a slow but live probe keeps its slot.
+DEFAULT_PROBE_TIMEOUT_SECONDS = 90.0
+
+
+class BreakerEngine(ABC):
+    """One circuit per (provider, model): closed -> open -> half_open, as in DESIGN.md."""
+
+    @abstractmethod
+    def allow(self, provider: str, model: str) -> Decision:
+        """May the target be called now? Takes the half-open probe slot atomically when granting it. Never raises."""
+
+    @abstractmethod
+    def record(self, decision: Decision, outcome: Outcome) -> None:
+        """Report the outcome of a call `allow()` let through. Never raises, never waits on the network."""
+
+    @abstractmethod
+    def get(self, provider: str, model: str) -> CircuitSnapshot:
+        """The circuit's current state (a fresh closed one when untracked)."""
+
+    @abstractmethod
+    def list_circuits(self) -> list[CircuitSnapshot]:
+        """Every tracked circuit (one that recorded an outcome or was reset), sorted by provider, model."""
+
+    @abstractmethod
+    def reset(self, provider: str, model: str) -> ResetResult:
+        """Close the circuit at once and forget its window and cooldown growth."""
+
+    @abstractmethod
+    def configure(self, config: ConfigSet) -> None:
+        """Swap the thresholds; the next decision and outcome of every circuit use them."""
+
+    @property
+    @abstractmethod
+    def config(self) -> ConfigSet: ...
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until every recorded outcome has been applied. True when drained in time."""
+        return True
+
+    def close(self) -> None:  # noqa: B027 - optional hook, a no-op for backends without background work
+        """Stop background work (threads, connections)."""

@@ -1,0 +1,253 @@
+"""In-process breaker (embedded mode): one lock, a deque of timestamps per circuit."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+
+from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine
+from health.breaker.types import (
+    CircuitSnapshot,
+    Clock,
+    ConfigSet,
+    Decision,
+    Outcome,
+    ResetResult,
+    State,
+    SystemClock,
+    Verdict,
+    classify,
+    label_to_status,
+    to_datetime,
+)
+
+
+class _Circuit:
+    __slots__ = (
+        "closed_decision",
+        "consecutive_opens",
+        "cooldown_until",
+        "events",
+        "failures",
+        "generation",
+        "last_failure_at",
+        "last_failure_label",
+        "model",
+        "opened_at",
+        "probe_at",
+        "provider",
+        "state",
+        "tracked",
+    )
+
+    def __init__(self, provider: str, model: str, generation: int = 0) -> None:
+        self.provider = provider
+        self.model = model
+        self.state = State.CLOSED
+        self.generation = generation
+        # (timestamp, is_failure), oldest first: a rolling window with no fixed boundaries.
+        self.events: deque[tuple[float, bool]] = deque()
+        self.failures = 0
+        self.opened_at: float | None = None
+        self.cooldown_until: float | None = None
+        self.consecutive_opens = 0
+        self.last_failure_at: float | None = None
+        self.last_failure_label: str | None = None
+        self.probe_at: float | None = None
+        self.tracked = False
+        self.closed_decision = self._closed_decision()
+
+    def _closed_decision(self) -> Decision:
+        # Cached: the hot path (closed circuit) returns it without allocating.
+        return Decision(self.provider, self.model, True, State.CLOSED, False, self.generation)
+
+    def bump(self) -> None:
+        self.generation += 1
+        self.closed_decision = self._closed_decision()
+
+    def trim(self, now: float, window: float) -> None:
+        horizon = now - window
+        events = self.events
+        while events and events[0][0] <= horizon:
+            _, failed = events.popleft()
+            if failed:
+                self.failures -= 1
+
+
+class MemoryEngine(BreakerEngine):
+    """Thread-safe, per-process. Times come from `clock` (epoch seconds)."""
+
+    def __init__(
+        self,
+        *,
+        clock: Clock | None = None,
+        config: ConfigSet | None = None,
+        probe_timeout_seconds: float = DEFAULT_PROBE_TIMEOUT_SECONDS,
+    ) -> None:
+        self._clock = clock or SystemClock()
+        self._config = config or ConfigSet()
+        self._probe_timeout = probe_timeout_seconds
+        self._circuits: dict[tuple[str, str], _Circuit] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def config(self) -> ConfigSet:
+        return self._config
+
+    def configure(self, config: ConfigSet) -> None:
+        self._config = config
+
+    def _circuit(self, provider: str, model: str) -> _Circuit:
+        key = (provider, model)
+        circuit = self._circuits.get(key)
+        if circuit is None:
+            circuit = self._circuits[key] = _Circuit(provider, model)
+        return circuit
+
+    def allow(self, provider: str, model: str) -> Decision:
+        now = self._clock.now()
+        with self._lock:
+            c = self._circuit(provider, model)
+            if c.state is State.CLOSED:
+                return c.closed_decision
+            if c.state is State.OPEN:
+                assert c.cooldown_until is not None
+                if now < c.cooldown_until:
+                    return Decision(provider, model, False, State.OPEN, False, c.generation)
+                c.state = State.HALF_OPEN
+            elif c.probe_at is not None and now < c.probe_at + self._probe_timeout:
+                return Decision(provider, model, False, State.HALF_OPEN, False, c.generation)
+            # Half-open with a free (or abandoned) slot: this call is the probe.
+            c.probe_at = now
+            c.bump()
+            return Decision(provider, model, True, State.HALF_OPEN, True, c.generation)
+
+    def record(self, decision: Decision, outcome: Outcome) -> None:
+        if not decision.allowed:
+            return
+        self.apply(decision, outcome, self._clock.now())
+
+    def apply(self, decision: Decision, outcome: Outcome, now: float) -> None:
+        """Apply one outcome at time `now` (the Redis backend replays outcomes here while Redis is down)."""
+        settings = self._config.for_circuit(decision.provider, decision.model)
+        verdict = classify(outcome, settings)
+        with self._lock:
+            c = self._circuit(decision.provider, decision.model)
+            if decision.generation != c.generation:
+                return  # started before a transition: it does not move the circuit
+            if verdict is Verdict.IGNORE:
+                if decision.probe and c.state is State.HALF_OPEN:
+                    c.probe_at = None  # a cancelled probe gives the slot back at once
+                return
+            failed = verdict is Verdict.FAILURE
+            if decision.probe:
+                if c.state is not State.HALF_OPEN:
+                    return
+                c.tracked = True
+                if failed:
+                    self._note_failure(c, now, outcome)
+                    self._open(c, now, settings.cooldown_for(c.consecutive_opens + 1))
+                else:
+                    c.state = State.CLOSED
+                    c.events.clear()
+                    c.failures = 0
+                    c.consecutive_opens = 0
+                    c.cooldown_until = None
+                    c.opened_at = None
+                    c.probe_at = None
+                    c.bump()
+                return
+            if c.state is not State.CLOSED:
+                return
+            c.tracked = True
+            c.events.append((now, failed))
+            if failed:
+                c.failures += 1
+                self._note_failure(c, now, outcome)
+            c.trim(now, settings.window_seconds)
+            if c.failures >= settings.failure_threshold and len(c.events) >= settings.minimum_requests:
+                self._open(c, now, settings.cooldown_for(c.consecutive_opens + 1))
+
+    @staticmethod
+    def _note_failure(c: _Circuit, now: float, outcome: Outcome) -> None:
+        c.last_failure_at = now
+        c.last_failure_label = outcome.label
+
+    @staticmethod
+    def _open(c: _Circuit, now: float, cooldown: float) -> None:
+        c.consecutive_opens += 1
+        c.state = State.OPEN
+        c.opened_at = now
+        c.cooldown_until = now + cooldown
+        c.probe_at = None
+        c.bump()
+
+    def _snapshot(self, c: _Circuit, now: float) -> CircuitSnapshot:
+        settings = self._config.for_circuit(c.provider, c.model)
+        c.trim(now, settings.window_seconds)
+        state = c.state
+        probe_in_flight = False
+        if state is State.OPEN and c.cooldown_until is not None and now >= c.cooldown_until:
+            state = State.HALF_OPEN
+        elif state is State.HALF_OPEN:
+            probe_in_flight = c.probe_at is not None and now < c.probe_at + self._probe_timeout
+        return CircuitSnapshot(
+            provider=c.provider,
+            model=c.model,
+            state=state,
+            failure_count=c.failures,
+            total_requests=len(c.events),
+            cooldown_until=to_datetime(c.cooldown_until),
+            consecutive_opens=c.consecutive_opens,
+            last_failure_at=to_datetime(c.last_failure_at),
+            last_failure_status=label_to_status(c.last_failure_label),
+            opened_at=to_datetime(c.opened_at),
+            generation=c.generation,
+            probe_in_flight=probe_in_flight,
+        )
+
+    def get(self, provider: str, model: str) -> CircuitSnapshot:
+        now = self._clock.now()
+        with self._lock:
+            c = self._circuits.get((provider, model)) or _Circuit(provider, model)
+            return self._snapshot(c, now)
+
+    def list_circuits(self) -> list[CircuitSnapshot]:
+        now = self._clock.now()
+        with self._lock:
+            rows = [self._snapshot(c, now) for c in self._circuits.values() if c.tracked]
+        return sorted(rows, key=lambda s: (s.provider, s.model))
+
+    def reset(self, provider: str, model: str) -> ResetResult:
+        now = self._clock.now()
+        with self._lock:
+            old = self._circuits.get((provider, model)) or _Circuit(provider, model)
+            before = self._snapshot(old, now)
+            # Keep the generation moving so outcomes of calls started before the reset are stale.
+            fresh = _Circuit(provider, model, generation=old.generation + 1)
+            fresh.tracked = True
+            self._circuits[(provider, model)] = fresh
+            return ResetResult(before=before, after=self._snapshot(fresh, now))
+
+    def seed(
+        self,
+        *,
+        provider: str,
+        model: str,
+        state: State,
+        generation: int,
+        consecutive_opens: int,
+        cooldown_until: float | None,
+        opened_at: float | None,
+    ) -> None:
+        """Start a circuit from a known state (the Redis backend's local fallback, seeded from its mirror)."""
+        with self._lock:
+            c = _Circuit(provider, model, generation=generation)
+            c.tracked = True
+            c.consecutive_opens = consecutive_opens
+            if state is not State.CLOSED and cooldown_until is not None:
+                # Half-open becomes open with a past cooldown: the next caller here takes the probe.
+                c.state = State.OPEN
+                c.cooldown_until = cooldown_until
+                c.opened_at = opened_at
+            self._circuits[(provider, model)] = c

@@ -1,0 +1,572 @@
+"""Redis breaker (production): Lua makes window, state and probe atomic across processes.
+
+The request path never waits on Redis for a closed circuit:
+- `allow()` reads a per-process mirror of circuit states (a dict swapped or updated by one writer lock,
+  read without locking). The mirror follows every transition through pub/sub (the scripts PUBLISH
+  inside the same atomic step), plus each script's reply, plus a full resync on (re)connect and every
+  `resync_interval` seconds. Only a circuit whose mirror says open-and-cooled-down or half-open-with-
+  a-free-slot asks Redis, because taking the probe slot must be atomic across processes.
+- `record()` puts the outcome on an in-process queue; a worker thread sends batches as one pipeline
+  of EVALSHA calls.
+- If Redis fails or hangs (socket timeouts of 50 ms, no retries), the engine switches to a local
+  MemoryEngine seeded from the mirror, logs once, and the subscriber thread keeps trying to reconnect;
+  when Redis answers again it resynchronises the mirror and Redis is the truth again.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import NoScriptError, RedisError
+from redis.retry import Retry
+
+from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine
+from health.breaker.lua import SCRIPTS
+from health.breaker.memory import MemoryEngine
+from health.breaker.types import (
+    CircuitSnapshot,
+    Clock,
+    ConfigSet,
+    Decision,
+    Outcome,
+    ResetResult,
+    State,
+    SystemClock,
+    Verdict,
+    classify,
+    label_to_status,
+    to_datetime,
+)
+
+log = logging.getLogger(__name__)
+
+_FIELDS = 8  # circuit fields in every script reply (see lua.reply)
+_STOP = object()
+_MAX_PENDING = 100_000
+_BATCH = 256
+
+
+class _Flush:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+def _int(value: str) -> int | None:
+    return int(value) if value != "" else None
+
+
+class _Fields:
+    """One circuit as a script replied it (times in Redis milliseconds)."""
+
+    __slots__ = ("consec", "cooldown_until", "gen", "lf_at", "lf_label", "opened_at", "probe_at", "state")
+
+    def __init__(self, raw: list[str]) -> None:
+        self.state = State(raw[0])
+        self.gen = int(raw[1])
+        self.opened_at = _int(raw[2])
+        self.cooldown_until = _int(raw[3])
+        self.consec = int(raw[4] or 0)
+        self.lf_at = _int(raw[5])
+        self.lf_label = raw[6]
+        self.probe_at = _int(raw[7])
+
+
+class _Mirror:
+    """What this process knows of one circuit, plus its cached decisions (no allocation on the hot path)."""
+
+    __slots__ = ("consec", "cooldown_until", "decision", "gen", "opened_at", "probe_at", "refused", "seq", "state")
+
+    def __init__(self, provider: str, model: str, f: _Fields | None, seq: int = 0) -> None:
+        self.seq = seq  # value of the engine's update counter when this entry was written
+        self.state = f.state if f else State.CLOSED
+        self.gen = f.gen if f else 0
+        self.cooldown_until = f.cooldown_until if f else None
+        self.probe_at = f.probe_at if f else None
+        self.opened_at = f.opened_at if f else None
+        self.consec = f.consec if f else 0
+        self.decision = Decision(provider, model, True, State.CLOSED, False, self.gen)
+        self.refused = Decision(provider, model, False, self.state, False, self.gen)
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+class RedisEngine(BreakerEngine):
+    """Shared circuits in Redis. `clock` given = test mode: scripts use the clock's time instead of Redis TIME."""
+
+    def __init__(
+        self,
+        *,
+        url: str,
+        namespace: str = "cp:breaker",
+        clock: Clock | None = None,
+        config: ConfigSet | None = None,
+        probe_timeout_seconds: float = DEFAULT_PROBE_TIMEOUT_SECONDS,
+        socket_timeout: float = 0.05,
+        resync_interval: float = 30.0,
+        reconnect_interval: float = 1.0,
+        config_channel: str | None = None,
+        config_loader: Any = None,
+    ) -> None:
+        self._time_override = clock is not None
+        self._clock: Clock = clock or SystemClock()
+        self._config = config or ConfigSet()
+        self._probe_timeout_ms = _ms(probe_timeout_seconds)
+        self._probe_timeout_seconds = probe_timeout_seconds
+        self._ns = namespace
+        self._registry = f"{namespace}:circuits"
+        self._channel = f"{namespace}:events"
+        self._config_channel = config_channel
+        self._config_loader = config_loader
+        self._resync_interval = resync_interval
+        self._reconnect_interval = reconnect_interval
+        no_retry = Retry(NoBackoff(), 0)
+        # Tight timeouts and no retries: a hanging Redis costs a caller at most ~socket_timeout.
+        self._client = redis.Redis.from_url(
+            url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=socket_timeout,
+            retry=no_retry,
+            decode_responses=True,
+        )
+        self._ps_client = redis.Redis.from_url(
+            url, socket_timeout=5.0, socket_connect_timeout=1.0, retry=no_retry, decode_responses=True
+        )
+        self._shas: dict[str, str] = {}
+        self._mirror: dict[tuple[str, str], _Mirror] = {}
+        self._mirror_lock = threading.Lock()
+        self._update_seq = 0
+        self._registered: set[tuple[str, str]] = set()
+        self._offset_ms = 0  # Redis TIME minus the local clock, measured at each resync
+        self._degraded = False
+        self._local: MemoryEngine | None = None
+        self._state_lock = threading.Lock()
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._dropped_logged = False
+        self._stop = threading.Event()
+        try:
+            self._resync()
+        except RedisError as exc:
+            self._enter_degraded(exc)
+        self._worker = threading.Thread(target=self._work, name="breaker-redis-outcomes", daemon=True)
+        self._subscriber = threading.Thread(target=self._subscribe, name="breaker-redis-pubsub", daemon=True)
+        self._worker.start()
+        self._subscriber.start()
+
+    # ----- keys and time -------------------------------------------------------------------------
+
+    def _keys(self, provider: str, model: str) -> list[str]:
+        tag = f"{self._ns}:{{{provider}/{model}}}"
+        return [f"{tag}:s", f"{tag}:w", f"{tag}:f"]
+
+    def _now_arg(self) -> str:
+        return str(_ms(self._clock.now())) if self._time_override else ""
+
+    def _now_estimate_ms(self) -> int:
+        return _ms(self._clock.now()) + self._offset_ms
+
+    @property
+    def degraded(self) -> bool:
+        """True while Redis is unreachable and decisions come from local state."""
+        return self._degraded
+
+    @property
+    def config(self) -> ConfigSet:
+        return self._config
+
+    def configure(self, config: ConfigSet) -> None:
+        self._config = config
+        local = self._local
+        if local is not None:
+            local.configure(config)
+
+    # ----- hot path ------------------------------------------------------------------------------
+
+    def allow(self, provider: str, model: str) -> Decision:
+        if self._degraded:
+            return self._local_allow(provider, model)
+        key = (provider, model)
+        entry = self._mirror.get(key)
+        if entry is None:
+            entry = self._mirror.setdefault(key, _Mirror(provider, model, None))
+        if entry.state is State.CLOSED:
+            return entry.decision
+        return self._allow_slow(provider, model, entry)
+
+    def record(self, decision: Decision, outcome: Outcome) -> None:
+        if not decision.allowed:
+            return
+        if self._degraded:
+            self._local_record(decision, outcome, self._clock.now())
+            return
+        if self._queue.qsize() >= _MAX_PENDING:
+            if not self._dropped_logged:
+                self._dropped_logged = True
+                log.warning("breaker: %d outcomes pending for Redis; dropping new ones", _MAX_PENDING)
+            return
+        # Test mode stamps the outcome now; production lets the script read Redis TIME.
+        self._queue.put((decision, outcome, self._clock.now() if self._time_override else None))
+
+    def _allow_slow(self, provider: str, model: str, entry: _Mirror) -> Decision:
+        now = self._now_estimate_ms()
+        if entry.state is State.OPEN and entry.cooldown_until is not None and now < entry.cooldown_until:
+            return entry.refused
+        probe_at = entry.probe_at
+        if entry.state is State.HALF_OPEN and probe_at is not None and now < probe_at + self._probe_timeout_ms:
+            return entry.refused
+        # The cooldown may be over (by Redis TIME): only Redis can hand out the single probe slot.
+        try:
+            raw = self._eval("allow", provider, model, str(self._probe_timeout_ms))
+        except RedisError as exc:
+            self._enter_degraded(exc)
+            return self._local_allow(provider, model)
+        fields = _Fields(raw[2 : 2 + _FIELDS])
+        self._mirror_update(provider, model, fields)
+        allowed, probe = raw[0] == "1", raw[1] == "1"
+        return Decision(provider, model, allowed, fields.state, probe, fields.gen)
+
+    # ----- Redis plumbing ------------------------------------------------------------------------
+
+    def _load_scripts(self) -> None:
+        self._shas = {name: self._client.script_load(src) for name, src in SCRIPTS.items()}
+
+    def _args(self, provider: str, model: str, *extra: str) -> list[str]:
+        return [self._now_arg(), self._channel, provider, model, *extra]
+
+    def _eval(self, script: str, provider: str, model: str, *extra: str) -> list[str]:
+        keys = self._keys(provider, model)
+        args = self._args(provider, model, *extra)
+        try:
+            return self._client.evalsha(self._shas[script], len(keys), *keys, *args)  # type: ignore[return-value]
+        except (NoScriptError, KeyError):
+            self._load_scripts()  # Redis restarted or flushed its script cache
+            return self._client.evalsha(self._shas[script], len(keys), *keys, *args)  # type: ignore[return-value]
+
+    def _mirror_update(self, provider: str, model: str, fields: _Fields) -> None:
+        key = (provider, model)
+        with self._mirror_lock:
+            current = self._mirror.get(key)
+            # Generations only grow; an older message arriving late must not roll the mirror back.
+            if current is None or fields.gen >= current.gen:
+                self._update_seq += 1
+                self._mirror[key] = _Mirror(provider, model, fields, self._update_seq)
+
+    def _resync(self) -> None:
+        """Reload every tracked circuit from Redis and swap the mirror in one step."""
+        self._load_scripts()
+        started_seq = self._update_seq
+        t0 = self._clock.now()
+        seconds, micros = self._client.time()
+        t1 = self._clock.now()
+        if not self._time_override:
+            self._offset_ms = (seconds * 1000 + micros // 1000) - _ms((t0 + t1) / 2)
+        members = sorted(self._client.smembers(self._registry))  # type: ignore[arg-type]
+        pairs = [tuple(json.loads(m)) for m in members]
+        pipe = self._client.pipeline(transaction=False)
+        for provider, model in pairs:
+            pipe.hmget(
+                self._keys(provider, model)[0],
+                ["state", "gen", "opened_at", "cooldown_until", "consec", "lf_at", "lf_label", "probe_at"],
+            )
+        rows = pipe.execute() if pairs else []
+        mirror: dict[tuple[str, str], _Mirror] = {}
+        for (provider, model), row in zip(pairs, rows, strict=True):
+            if row[0] is None:
+                continue
+            mirror[(provider, model)] = _Mirror(provider, model, _Fields([v or "" for v in row]))
+        with self._mirror_lock:
+            # Keep entries updated while we were reading if they are newer than what we read.
+            for key, entry in self._mirror.items():
+                fresh = mirror.get(key)
+                if entry.seq > started_seq and (fresh is None or entry.gen > fresh.gen):
+                    mirror[key] = entry
+            self._mirror = mirror
+        self._registered = {(p, m) for p, m in pairs}
+
+    def resync(self) -> bool:
+        """Reload the mirror now (and leave degraded mode if Redis answers). True on success."""
+        try:
+            self._resync()
+        except RedisError as exc:
+            self._enter_degraded(exc)
+            return False
+        self._leave_degraded()
+        return True
+
+    # ----- degraded mode -------------------------------------------------------------------------
+
+    def _enter_degraded(self, exc: BaseException) -> None:
+        with self._state_lock:
+            if self._degraded:
+                return
+            local = MemoryEngine(
+                clock=self._clock, config=self._config, probe_timeout_seconds=self._probe_timeout_seconds
+            )
+            # Carry what the mirror knows so open circuits stay open (times converted to the local clock).
+            for (provider, model), entry in list(self._mirror.items()):
+                local.seed(
+                    provider=provider,
+                    model=model,
+                    state=entry.state,
+                    generation=entry.gen,
+                    consecutive_opens=entry.consec,
+                    cooldown_until=self._local_seconds(entry.cooldown_until),
+                    opened_at=self._local_seconds(entry.opened_at),
+                )
+            self._local = local
+            self._degraded = True
+        log.warning("breaker: Redis unreachable (%s); deciding from local state until it returns", exc)
+
+    def _leave_degraded(self) -> None:
+        with self._state_lock:
+            if not self._degraded:
+                return
+            self._degraded = False
+            self._local = None
+        log.warning("breaker: Redis reachable again; circuits resynchronised")
+
+    def _local_seconds(self, redis_ms: int | None) -> float | None:
+        return None if redis_ms is None else (redis_ms - self._offset_ms) / 1000
+
+    def _local_engine(self) -> MemoryEngine:
+        local = self._local
+        if local is None:  # raced with _leave_degraded: a throwaway engine answers this one call
+            local = MemoryEngine(clock=self._clock, config=self._config)
+        return local
+
+    def _local_allow(self, provider: str, model: str) -> Decision:
+        return self._local_engine().allow(provider, model)
+
+    def _local_record(self, decision: Decision, outcome: Outcome, at: float) -> None:
+        self._local_engine().apply(decision, outcome, at)
+
+    # ----- outcome worker ------------------------------------------------------------------------
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        marker = _Flush()
+        self._queue.put(marker)
+        return marker.done.wait(timeout)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            batch: list[Any] = [item]
+            while len(batch) < _BATCH:
+                try:
+                    batch.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            outcomes = [b for b in batch if isinstance(b, tuple)]
+            if outcomes:
+                try:
+                    self._send(outcomes)
+                except Exception as exc:  # this thread must survive anything
+                    if isinstance(exc, RedisError):
+                        self._enter_degraded(exc)
+                    else:
+                        log.exception("breaker: sending outcomes failed")
+                    for decision, outcome, at in outcomes:
+                        self._local_record(decision, outcome, at if at is not None else self._clock.now())
+            for b in batch:
+                if isinstance(b, _Flush):
+                    b.done.set()
+            if any(b is _STOP for b in batch):
+                return
+
+    def _send(self, outcomes: list[tuple[Decision, Outcome, float | None]]) -> None:
+        if self._degraded:
+            for decision, outcome, at in outcomes:
+                self._local_record(decision, outcome, at if at is not None else self._clock.now())
+            return
+        calls: list[tuple[str, str, list[str], list[str]]] = []
+        for decision, outcome, at in outcomes:
+            settings = self._config.for_circuit(decision.provider, decision.model)
+            verdict = classify(outcome, settings)
+            if verdict is Verdict.IGNORE and not decision.probe:
+                continue
+            args = [
+                "" if at is None else str(_ms(at)),
+                self._channel,
+                decision.provider,
+                decision.model,
+                str(decision.generation),
+                "1" if decision.probe else "0",
+                str(verdict),
+                outcome.label,
+                str(settings.failure_threshold),
+                str(settings.window_seconds * 1000),
+                str(settings.minimum_requests),
+                str(settings.initial_cooldown_seconds * 1000),
+                str(settings.cooldown_cap_seconds * 1000),
+            ]
+            calls.append((decision.provider, decision.model, self._keys(decision.provider, decision.model), args))
+        if not calls:
+            return
+        for attempt in (1, 2):
+            pipe = self._client.pipeline(transaction=False)
+            new = {(p, m) for p, m, _, _ in calls} - self._registered
+            for provider, model in new:
+                pipe.sadd(self._registry, json.dumps([provider, model]))
+            for _, _, keys, args in calls:
+                pipe.evalsha(self._shas["record"], len(keys), *keys, *args)
+            results = pipe.execute(raise_on_error=False)[len(new) :]
+            if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
+                self._load_scripts()
+                continue
+            self._registered |= new
+            for (provider, model, _, _), result in zip(calls, results, strict=True):
+                if isinstance(result, Exception):
+                    log.error("breaker: recording an outcome for %s/%s failed: %s", provider, model, result)
+                    continue
+                if result[0] != "counted":
+                    self._mirror_update(provider, model, _Fields(result[1 : 1 + _FIELDS]))
+            return
+
+    # ----- subscriber: transitions, config changes, reconnects -----------------------------------
+
+    def _subscribe(self) -> None:
+        backoff = self._reconnect_interval
+        while not self._stop.is_set():
+            pubsub = self._ps_client.pubsub(ignore_subscribe_messages=True)
+            try:
+                channels = [self._channel] + ([self._config_channel] if self._config_channel else [])
+                pubsub.subscribe(*channels)
+                # Subscribe first, then reload: no transition can fall between the two.
+                self.resync_or_raise()
+                backoff = self._reconnect_interval
+                next_resync = time.monotonic() + self._resync_interval
+                while not self._stop.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message is not None:
+                        self._on_message(message)
+                    if time.monotonic() >= next_resync or self._degraded:
+                        self.resync_or_raise()
+                        next_resync = time.monotonic() + self._resync_interval
+            except RedisError as exc:
+                self._enter_degraded(exc)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 30.0)
+            except Exception:  # never let the subscriber die
+                log.exception("breaker: subscriber failed")
+                self._stop.wait(backoff)
+            finally:
+                try:
+                    pubsub.close()
+                except Exception:  # noqa: BLE001, S110 - closing a broken connection
+                    pass
+
+    def resync_or_raise(self) -> None:
+        self._resync()
+        self._leave_degraded()
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        if message.get("type") != "message":
+            return
+        if message["channel"] == self._channel:
+            if not message["data"]:
+                return  # the wake-up `close()` sends
+            data = json.loads(message["data"])
+            self._mirror_update(data["p"], data["m"], _Fields(data["f"]))
+        elif self._config_loader is not None:
+            try:
+                self.configure(self._config_loader())
+            except Exception:  # keep the old thresholds rather than stop following
+                log.exception("breaker: reloading the breaker configuration failed")
+
+    # ----- reads and reset -----------------------------------------------------------------------
+
+    def _snapshot(self, provider: str, model: str, now_ms: int, fails: int, total: int, f: _Fields) -> CircuitSnapshot:
+        state = f.state
+        probe_in_flight = False
+        if state is State.OPEN and f.cooldown_until is not None and now_ms >= f.cooldown_until:
+            state = State.HALF_OPEN
+        elif state is State.HALF_OPEN:
+            probe_in_flight = f.probe_at is not None and now_ms < f.probe_at + self._probe_timeout_ms
+        return CircuitSnapshot(
+            provider=provider,
+            model=model,
+            state=state,
+            failure_count=fails,
+            total_requests=total,
+            cooldown_until=to_datetime(f.cooldown_until / 1000) if f.cooldown_until is not None else None,
+            consecutive_opens=f.consec,
+            last_failure_at=to_datetime(f.lf_at / 1000) if f.lf_at is not None else None,
+            last_failure_status=label_to_status(f.lf_label),
+            opened_at=to_datetime(f.opened_at / 1000) if f.opened_at is not None else None,
+            generation=f.gen,
+            probe_in_flight=probe_in_flight,
+        )
+
+    def _window_ms(self, provider: str, model: str) -> str:
+        return str(self._config.for_circuit(provider, model).window_seconds * 1000)
+
+    def get(self, provider: str, model: str) -> CircuitSnapshot:
+        if not self._degraded:
+            try:
+                raw = self._eval("snapshot", provider, model, self._window_ms(provider, model))
+                return self._snapshot(provider, model, int(raw[1]), int(raw[2]), int(raw[3]), _Fields(raw[4:]))
+            except RedisError as exc:
+                self._enter_degraded(exc)
+        return self._local_engine().get(provider, model)
+
+    def list_circuits(self) -> list[CircuitSnapshot]:
+        if not self._degraded:
+            try:
+                return self._list_from_redis()
+            except NoScriptError:
+                self._load_scripts()
+                return self._list_from_redis()
+            except RedisError as exc:
+                self._enter_degraded(exc)
+        return self._local_engine().list_circuits()
+
+    def _list_from_redis(self) -> list[CircuitSnapshot]:
+        pairs = sorted(tuple(json.loads(m)) for m in self._client.smembers(self._registry))  # type: ignore[union-attr]
+        if not pairs:
+            return []
+        pipe = self._client.pipeline(transaction=False)
+        for provider, model in pairs:
+            keys = self._keys(provider, model)
+            args = self._args(provider, model, self._window_ms(provider, model))
+            pipe.evalsha(self._shas["snapshot"], len(keys), *keys, *args)
+        rows = []
+        for (provider, model), raw in zip(pairs, pipe.execute(), strict=True):
+            if raw[0] == "1":
+                rows.append(self._snapshot(provider, model, int(raw[1]), int(raw[2]), int(raw[3]), _Fields(raw[4:])))
+        return rows
+
+    def reset(self, provider: str, model: str) -> ResetResult:
+        if not self._degraded:
+            try:
+                raw = self._eval("reset", provider, model, self._window_ms(provider, model))
+                self._client.sadd(self._registry, json.dumps([provider, model]))
+                now = int(raw[0])
+                before = self._snapshot(provider, model, now, int(raw[1]), int(raw[2]), _Fields(raw[3 : 3 + _FIELDS]))
+                fresh = _Fields(raw[3 + _FIELDS :])
+                self._mirror_update(provider, model, fresh)
+                return ResetResult(before=before, after=self._snapshot(provider, model, now, 0, 0, fresh))
+            except RedisError as exc:
+                self._enter_degraded(exc)
+        return self._local_engine().reset(provider, model)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._queue.put(_STOP)
+        try:
+            self._client.publish(self._channel, "")  # wake the subscriber out of its wait
+        except RedisError:
+            pass
+        self._worker.join(timeout=5)
+        self._subscriber.join(timeout=5)
+        self._client.close()
+        self._ps_client.close()

@@ -1,0 +1,206 @@
+"""Value types of the breaker engine: states, outcomes, settings, decisions, snapshots, clocks.
+
+Pure Python (no Django), so gateway processes and test subprocesses import it cheaply.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Protocol
+
+
+class State(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+class ErrorKind(StrEnum):
+    """Upstream results that carry no status code."""
+
+    TIMEOUT = "timeout"
+    CONNECTION = "connection_error"
+    # The client went away or its own deadline passed before the upstream answered.
+    CANCELLED = "cancelled"
+
+
+class Verdict(StrEnum):
+    SUCCESS = "s"
+    FAILURE = "f"
+    IGNORE = "c"
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to one upstream call: a status code, or an error kind."""
+
+    status: int | None = None
+    error: ErrorKind | None = None
+
+    @classmethod
+    def of_status(cls, status: int) -> Outcome:
+        return cls(status=status)
+
+    @classmethod
+    def timeout(cls) -> Outcome:
+        return cls(error=ErrorKind.TIMEOUT)
+
+    @classmethod
+    def connection_error(cls) -> Outcome:
+        return cls(error=ErrorKind.CONNECTION)
+
+    @classmethod
+    def cancelled(cls) -> Outcome:
+        return cls(error=ErrorKind.CANCELLED)
+
+    @property
+    def label(self) -> str:
+        """What the Provider Health tab shows as the last failure's code."""
+        return str(self.error) if self.error is not None else str(self.status)
+
+
+DEFAULT_FAILURE_STATUS_CODES: tuple[int, ...] = (429, 500, 502, 503, 504)
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSettings:
+    """Effective thresholds of one circuit (the global row merged with its override)."""
+
+    failure_threshold: int = 5
+    window_seconds: int = 60
+    initial_cooldown_seconds: int = 60
+    cooldown_cap_seconds: int = 300
+    minimum_requests: int = 10
+    failure_status_codes: frozenset[int] = field(default_factory=lambda: frozenset(DEFAULT_FAILURE_STATUS_CODES))
+
+    def cooldown_for(self, consecutive_opens: int) -> int:
+        """Seconds of the n-th consecutive open: initial * 2^(n-1), capped (never below the initial)."""
+        cap = max(self.cooldown_cap_seconds, self.initial_cooldown_seconds)
+        n = max(consecutive_opens, 1)
+        # Past 2^20 the cap has long been reached; avoid huge integers.
+        return min(self.initial_cooldown_seconds * (1 << min(n - 1, 20)), cap)
+
+
+def classify(outcome: Outcome, settings: BreakerSettings) -> Verdict:
+    """Failure: a configured status code, a timeout, a connection error. Cancelled: neither. Else success."""
+    if outcome.error is ErrorKind.CANCELLED:
+        return Verdict.IGNORE
+    if outcome.error is not None:
+        return Verdict.FAILURE
+    if outcome.status is not None and outcome.status in settings.failure_status_codes:
+        return Verdict.FAILURE
+    return Verdict.SUCCESS
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSet:
+    """The global settings plus per-(provider, model) overrides, already merged."""
+
+    default: BreakerSettings = field(default_factory=BreakerSettings)
+    overrides: Mapping[tuple[str, str], BreakerSettings] = field(default_factory=dict)
+
+    def for_circuit(self, provider: str, model: str) -> BreakerSettings:
+        return self.overrides.get((provider, model), self.default)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Answer of `allow()`. Pass it back to `record()`: it names the generation the call started in."""
+
+    provider: str
+    model: str
+    allowed: bool
+    state: State
+    # True when this call holds the circuit's single half-open probe slot.
+    probe: bool = False
+    # Bumped on every transition and every probe grant; an outcome from another generation is stale.
+    generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitSnapshot:
+    """What the engine knows about one circuit at one instant."""
+
+    provider: str
+    model: str
+    state: State
+    failure_count: int
+    total_requests: int
+    cooldown_until: datetime | None
+    consecutive_opens: int
+    last_failure_at: datetime | None
+    last_failure_status: int | str | None
+    opened_at: datetime | None
+    generation: int = 0
+    probe_in_flight: bool = False
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "state": str(self.state),
+            "failure_count": self.failure_count,
+            "total_requests": self.total_requests,
+            "cooldown_until": self.cooldown_until,
+            "consecutive_opens": self.consecutive_opens,
+            "last_failure_at": self.last_failure_at,
+            "last_failure_status": self.last_failure_status,
+            "opened_at": self.opened_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ResetResult:
+    before: CircuitSnapshot
+    after: CircuitSnapshot
+
+
+def to_datetime(seconds: float | None) -> datetime | None:
+    if seconds is None:
+        return None
+    return datetime.fromtimestamp(seconds, tz=UTC)
+
+
+def label_to_status(label: str | None) -> int | str | None:
+    """Stored failure label back to the API value: an int status code or an error kind."""
+    if label is None or label == "":
+        return None
+    return int(label) if label.isdigit() else label
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds since the epoch."""
+        ...
+
+
+class SystemClock:
+    """Wall clock: cooldowns are shown as absolute times, so epoch seconds, not monotonic."""
+
+    def now(self) -> float:
+        return time.time()
+
+
+class ManualClock:
+    """A clock tests move by hand. Thread-safe; whole milliseconds keep both backends exact."""
+
+    def __init__(self, start: float = 1_700_000_000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> float:
+        with self._lock:
+            self._now = round(self._now + seconds, 3)
+            return self._now
+
+    def set(self, seconds: float) -> None:
+        with self._lock:
+            self._now = round(seconds, 3)
