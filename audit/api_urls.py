@@ -1,3 +1,9 @@
-from django.urls import path  # noqa: F401
+"""Audit log API under /api/."""
 
-api_urlpatterns: list = []
+from django.urls import path
+
+from audit.api import AuditEventListApi
+
+api_urlpatterns = [
+    path("audit/", AuditEventListApi.as_view(), name="api-audit"),
+]

@@ -1,3 +1,15 @@
-from django.urls import path  # noqa: F401
+"""Fallback chains API under /api/."""
 
-api_urlpatterns: list = []
+from django.urls import path
+
+from catalog.api import api_endpoint
+from chains.api import ChainCreateApi, ChainDeleteApi, ChainDetailApi, ChainListApi, ChainUpdateApi
+
+api_urlpatterns = [
+    path("chains/", api_endpoint(ChainListApi, ChainCreateApi), name="api-chains"),
+    path(
+        "chains/<int:chain_id>/",
+        api_endpoint(ChainDetailApi, ChainUpdateApi, ChainDeleteApi),
+        name="api-chain",
+    ),
+]

@@ -1,0 +1,64 @@
+"""Reads of catalog objects."""
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db.models import QuerySet
+
+from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
+
+
+def provider_list() -> QuerySet[Provider]:
+    """Providers by name."""
+    return Provider.objects.order_by("name", "id")
+
+
+def llm_model_list() -> QuerySet[LlmModel]:
+    """Models by name, with their default provider."""
+    return LlmModel.objects.select_related("provider").order_by("name", "id")
+
+
+def team_list() -> QuerySet[Team]:
+    return Team.objects.order_by("name", "id")
+
+
+def application_list() -> QuerySet[Application]:
+    return Application.objects.select_related("team").order_by("name", "id")
+
+
+def agent_list() -> QuerySet[Agent]:
+    return Agent.objects.select_related("application").order_by("name", "id")
+
+
+def api_key_list() -> QuerySet[ApiKey]:
+    """Gateway keys newest first, revoked ones included."""
+    return ApiKey.objects.select_related("user", "team", "application", "agent").order_by("-created_at", "-id")
+
+
+def models_of_provider(*, provider: Provider) -> list[str]:
+    """Names of the catalog models whose default provider is `provider`."""
+    return sorted(LlmModel.objects.filter(provider=provider).values_list("name", flat=True))
+
+
+def scope_references(*, scope_type: str, scope_id: int) -> dict[str, list[str]]:
+    """Chains and routing rules scoped to one target (a team, application, agent, user or key), by name.
+
+    Scopes store a bare target id (no foreign key), so deleting a target they name would leave them dangling.
+    """
+    from chains.models import FallbackChain
+    from routing.models import RoutingRule
+
+    refs: dict[str, list[str]] = {}
+    chains = sorted(
+        FallbackChain.objects.filter(scope_type=scope_type, scope_id=scope_id).values_list("name", flat=True)
+    )
+    rules = sorted(RoutingRule.objects.filter(scope_type=scope_type, scope_id=scope_id).values_list("name", flat=True))
+    if chains:
+        refs["chains"] = chains
+    if rules:
+        refs["routing_rules"] = rules
+    return refs
+
+
+def user_by_username(*, username: str) -> AbstractBaseUser | None:
+    """The user with this username, or None."""
+    return get_user_model()._default_manager.filter(username=username).first()

@@ -1,0 +1,249 @@
+"""Writes of routing rules and aliases. Each service is one transaction and writes its audit event inside it."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from audit.services import audit_record, diff_fields
+from catalog.enums import ScopeType
+from catalog.models import LlmModel
+from catalog.scopes import Scope, scope_validate
+from catalog.services import Errors, name_checked, raise_if_errors
+from controlplane.configbus import config_publish
+from controlplane.errors import ValidationFailed
+from routing.models import Alias, RoutingRule
+
+RULE_NAME_MAX = 200
+ALIAS_NAME_MAX = 128
+
+
+@dataclass(frozen=True)
+class RoutingRuleInput:
+    name: str
+    source_model: str
+    target_model: str
+    scope_type: str = ScopeType.GLOBAL
+    scope_id: int | None = None
+    enabled: bool = True
+
+
+def _routing_rule_snapshot(rule: RoutingRule) -> dict[str, Any]:
+    return {
+        "name": rule.name,
+        "source_model": rule.source_model.name,
+        "target_model": rule.target_model.name,
+        "scope": {"type": rule.scope_type, "id": rule.scope_id},
+        "enabled": rule.enabled,
+    }
+
+
+def _model_named(errors: Errors, field_name: str, value: str | None, *, label: str) -> LlmModel | None:
+    name = (value or "").strip()
+    if not name:
+        errors.setdefault(field_name, []).append(f"{label} is required and cannot be only whitespace.")
+        return None
+    model = LlmModel.objects.filter(name=name).first()
+    if model is None:
+        errors.setdefault(field_name, []).append(f"Unknown model “{name}”.")
+    return model
+
+
+def _routing_rule_validate(data: RoutingRuleInput, *, exclude_pk: int | None) -> dict[str, Any]:
+    """Check every rule and collect all field errors before raising."""
+    errors: Errors = {}
+    name = (data.name or "").strip()
+    if not name:
+        errors["name"] = ["Rule name is required and cannot be only whitespace."]
+    elif len(name) > RULE_NAME_MAX:
+        errors["name"] = [f"Rule name is at most {RULE_NAME_MAX} characters."]
+    source = _model_named(errors, "source_model", data.source_model, label="Source model")
+    target = _model_named(errors, "target_model", data.target_model, label="Target model")
+    if source is not None and target is not None and source.pk == target.pk:
+        errors.setdefault("target_model", []).append("Target model must differ from the source model.")
+    scope: Scope | None = None
+    try:
+        scope = scope_validate(scope_type=data.scope_type, scope_id=data.scope_id)
+    except ValidationFailed as exc:
+        for field_name, messages in exc.errors.items():
+            errors.setdefault(field_name, []).extend(messages)
+    if source is not None and scope is not None:
+        clash = RoutingRule.objects.filter(source_model=source, scope_type=scope.type, scope_id=scope.id)
+        if exclude_pk is not None:
+            clash = clash.exclude(pk=exclude_pk)
+        other = clash.values_list("name", flat=True).first()
+        if other is not None:
+            errors.setdefault("source_model", []).append(
+                f"Rule “{other}” already rewrites {source.name} in this scope; edit it instead."
+            )
+    raise_if_errors(errors)
+    assert scope is not None
+    return {
+        "name": name,
+        "source_model": source,
+        "target_model": target,
+        "scope_type": scope.type,
+        "scope_id": scope.id,
+        "enabled": bool(data.enabled),
+    }
+
+
+def _rule_unique_violation() -> ValidationFailed:
+    # Two concurrent writes passed validation; the database constraint caught the second.
+    message = "Another rule already rewrites this source model in this scope."
+    return ValidationFailed(message, errors={"source_model": [message]})
+
+
+@transaction.atomic
+def routing_rule_create(*, actor: Any, data: RoutingRuleInput) -> RoutingRule:
+    """Create a routing rule (at most one per source model and scope)."""
+    rule = RoutingRule(**_routing_rule_validate(data, exclude_pk=None))
+    try:
+        with transaction.atomic():
+            rule.save()
+    except IntegrityError:
+        raise _rule_unique_violation() from None
+    audit_record(
+        actor=actor,
+        action="routing_rule.create",
+        object_type="routing_rule",
+        object_id=rule.pk,
+        object_repr=rule.name,
+        after=_routing_rule_snapshot(rule),
+    )
+    transaction.on_commit(config_publish)
+    return rule
+
+
+@transaction.atomic
+def routing_rule_update(*, actor: Any, rule: RoutingRule, data: RoutingRuleInput) -> RoutingRule:
+    """Replace a routing rule's fields; audit the changed ones."""
+    fields = _routing_rule_validate(data, exclude_pk=rule.pk)
+    before = _routing_rule_snapshot(rule)
+    for name, value in fields.items():
+        setattr(rule, name, value)
+    try:
+        with transaction.atomic():
+            rule.save()
+    except IntegrityError:
+        raise _rule_unique_violation() from None
+    changed_before, changed_after = diff_fields(before, _routing_rule_snapshot(rule))
+    if changed_after:
+        audit_record(
+            actor=actor,
+            action="routing_rule.update",
+            object_type="routing_rule",
+            object_id=rule.pk,
+            object_repr=rule.name,
+            before=changed_before,
+            after=changed_after,
+        )
+    transaction.on_commit(config_publish)
+    return rule
+
+
+@transaction.atomic
+def routing_rule_delete(*, actor: Any, rule: RoutingRule) -> None:
+    """Delete a routing rule; the audit event keeps a full snapshot."""
+    snapshot, pk = _routing_rule_snapshot(rule), rule.pk
+    rule.delete()
+    audit_record(
+        actor=actor,
+        action="routing_rule.delete",
+        object_type="routing_rule",
+        object_id=pk,
+        object_repr=snapshot["name"],
+        before=snapshot,
+    )
+    transaction.on_commit(config_publish)
+
+
+@dataclass(frozen=True)
+class AliasInput:
+    name: str
+    model: str
+
+
+def _alias_snapshot(alias: Alias) -> dict[str, Any]:
+    return {"name": alias.name, "model": alias.model.name}
+
+
+def _alias_validate(data: AliasInput, *, exclude_pk: int | None) -> dict[str, Any]:
+    errors: Errors = {}
+    taken = Alias.objects.exclude(pk=exclude_pk) if exclude_pk else Alias.objects.all()
+    name = name_checked(errors, data.name, label="Alias", max_length=ALIAS_NAME_MAX, taken=taken)
+    if name and LlmModel.objects.filter(name=name).exists():
+        # An alias may not shadow a real model: clients could not tell which one they get.
+        errors.setdefault("name", []).append(f"“{name}” is the name of a model; an alias cannot shadow it.")
+    model = _model_named(errors, "model", data.model, label="Model")
+    raise_if_errors(errors)
+    return {"name": name, "model": model}
+
+
+def _alias_unique_violation() -> ValidationFailed:
+    message = "Another alias with this name was saved at the same time; choose another name."
+    return ValidationFailed(message, errors={"name": [message]})
+
+
+@transaction.atomic
+def alias_create(*, actor: Any, data: AliasInput) -> Alias:
+    """Create an alias naming a catalog model; its name must not be a model's name."""
+    alias = Alias(**_alias_validate(data, exclude_pk=None))
+    try:
+        with transaction.atomic():
+            alias.save()
+    except IntegrityError:
+        raise _alias_unique_violation() from None
+    audit_record(
+        actor=actor,
+        action="alias.create",
+        object_type="alias",
+        object_id=alias.pk,
+        object_repr=alias.name,
+        after=_alias_snapshot(alias),
+    )
+    transaction.on_commit(config_publish)
+    return alias
+
+
+@transaction.atomic
+def alias_update(*, actor: Any, alias: Alias, data: AliasInput) -> Alias:
+    """Rename an alias or point it at another model."""
+    fields = _alias_validate(data, exclude_pk=alias.pk)
+    before = _alias_snapshot(alias)
+    for name, value in fields.items():
+        setattr(alias, name, value)
+    try:
+        with transaction.atomic():
+            alias.save()
+    except IntegrityError:
+        raise _alias_unique_violation() from None
+    changed_before, changed_after = diff_fields(before, _alias_snapshot(alias))
+    if changed_after:
+        audit_record(
+            actor=actor,
+            action="alias.update",
+            object_type="alias",
+            object_id=alias.pk,
+            object_repr=alias.name,
+            before=changed_before,
+            after=changed_after,
+        )
+    transaction.on_commit(config_publish)
+    return alias
+
+
+@transaction.atomic
+def alias_delete(*, actor: Any, alias: Alias) -> None:
+    """Delete an alias."""
+    snapshot, pk = _alias_snapshot(alias), alias.pk
+    alias.delete()
+    audit_record(
+        actor=actor,
+        action="alias.delete",
+        object_type="alias",
+        object_id=pk,
+        object_repr=snapshot["name"],
+        before=snapshot,
+    )
+    transaction.on_commit(config_publish)
