@@ -22,8 +22,6 @@ _listening = False
 
 def load_config() -> ConfigSet:
     """Thresholds from the database; the defaults when it cannot be read (the gateway keeps running)."""
-    from django.db import close_old_connections
-
     from health.selectors import breaker_config_snapshot
 
     try:
@@ -31,9 +29,16 @@ def load_config() -> ConfigSet:
     except Exception:  # no database must not stop the breaker
         log.exception("breaker: could not load the breaker configuration; using the previous/default one")
         return _engine.config if _engine is not None else ConfigSet()
+
+
+def _load_config_in_subscriber() -> ConfigSet:
+    """load_config for the Redis subscriber thread, which must not keep a database connection open."""
+    from django.db import connections
+
+    try:
+        return load_config()
     finally:
-        if threading.current_thread() is not threading.main_thread():
-            close_old_connections()
+        connections.close_all()  # connections are per thread: this closes only the subscriber's
 
 
 def build_engine(
@@ -96,7 +101,7 @@ def get_engine() -> BreakerEngine:
                 namespace=getattr(settings, "BREAKER_REDIS_NAMESPACE", DEFAULT_NAMESPACE),
                 config=load_config(),
                 config_channel=CHANNEL if redis_url else None,
-                config_loader=load_config if redis_url else None,
+                config_loader=_load_config_in_subscriber if redis_url else None,
             )
             _listen()
         return _engine

@@ -1,0 +1,209 @@
+"""Reads of breaker configuration and circuit state."""
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from health.breaker import BreakerSettings, CircuitSnapshot, ConfigSet, State, get_engine
+from health.models import BreakerConfig, BreakerOverride
+
+# Every tunable field, in the order forms and the API show them.
+CONFIG_FIELDS: tuple[str, ...] = (
+    "failure_threshold",
+    "window_seconds",
+    "minimum_requests",
+    "initial_cooldown_seconds",
+    "cooldown_cap_seconds",
+    "failure_status_codes",
+)
+
+
+@dataclass(frozen=True)
+class BreakerConfigValues:
+    """The global thresholds (defaults until the row is first saved)."""
+
+    failure_threshold: int
+    window_seconds: int
+    minimum_requests: int
+    initial_cooldown_seconds: int
+    cooldown_cap_seconds: int
+    failure_status_codes: tuple[int, ...]
+    updated_at: datetime | None
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "failure_threshold": self.failure_threshold,
+            "window_seconds": self.window_seconds,
+            "minimum_requests": self.minimum_requests,
+            "initial_cooldown_seconds": self.initial_cooldown_seconds,
+            "cooldown_cap_seconds": self.cooldown_cap_seconds,
+            "failure_status_codes": list(self.failure_status_codes),
+        }
+
+    def settings(self) -> BreakerSettings:
+        return BreakerSettings(
+            failure_threshold=self.failure_threshold,
+            window_seconds=self.window_seconds,
+            initial_cooldown_seconds=self.initial_cooldown_seconds,
+            cooldown_cap_seconds=self.cooldown_cap_seconds,
+            minimum_requests=self.minimum_requests,
+            failure_status_codes=frozenset(self.failure_status_codes),
+        )
+
+
+@dataclass(frozen=True)
+class BreakerOverrideValues:
+    """One per-(provider, model) override; None means "inherit the global value"."""
+
+    provider: str
+    model: str
+    failure_threshold: int | None
+    window_seconds: int | None
+    minimum_requests: int | None
+    initial_cooldown_seconds: int | None
+    cooldown_cap_seconds: int | None
+    failure_status_codes: tuple[int, ...] | None
+    effective: BreakerSettings
+
+    def as_dict(self) -> dict[str, object]:
+        codes = self.failure_status_codes
+        return {
+            "provider": self.provider,
+            "model": self.model,
+            "failure_threshold": self.failure_threshold,
+            "window_seconds": self.window_seconds,
+            "minimum_requests": self.minimum_requests,
+            "initial_cooldown_seconds": self.initial_cooldown_seconds,
+            "cooldown_cap_seconds": self.cooldown_cap_seconds,
+            "failure_status_codes": list(codes) if codes is not None else None,
+        }
+
+
+@dataclass(frozen=True)
+class CircuitRow:
+    """A circuit as the Provider Health tab and the API show it, with the thresholds that apply to it."""
+
+    provider: str
+    model: str
+    state: State
+    failure_count: int
+    total_requests: int
+    cooldown_until: datetime | None
+    consecutive_opens: int
+    last_failure_at: datetime | None
+    last_failure_status: int | str | None
+    opened_at: datetime | None
+    failure_threshold: int
+    minimum_requests: int
+    window_seconds: int
+    has_override: bool
+
+
+def _config_values(row: BreakerConfig | None) -> BreakerConfigValues:
+    if row is None:
+        d = BreakerSettings()
+        return BreakerConfigValues(
+            failure_threshold=d.failure_threshold,
+            window_seconds=d.window_seconds,
+            minimum_requests=d.minimum_requests,
+            initial_cooldown_seconds=d.initial_cooldown_seconds,
+            cooldown_cap_seconds=d.cooldown_cap_seconds,
+            failure_status_codes=tuple(sorted(d.failure_status_codes)),
+            updated_at=None,
+        )
+    return BreakerConfigValues(
+        failure_threshold=row.failure_threshold,
+        window_seconds=row.window_seconds,
+        minimum_requests=row.minimum_requests,
+        initial_cooldown_seconds=row.initial_cooldown_seconds,
+        cooldown_cap_seconds=row.cooldown_cap_seconds,
+        failure_status_codes=tuple(row.failure_status_codes),
+        updated_at=row.updated_at,
+    )
+
+
+def breaker_config_get() -> BreakerConfigValues:
+    """The global thresholds (the defaults when never saved)."""
+    return _config_values(BreakerConfig.objects.filter(pk=BreakerConfig.SINGLETON_PK).first())
+
+
+def _merge(base: BreakerConfigValues, o: BreakerOverride) -> BreakerSettings:
+    def pick(name: str) -> object:
+        value = getattr(o, name)
+        return getattr(base, name) if value is None else value
+
+    codes = pick("failure_status_codes")
+    return BreakerSettings(
+        failure_threshold=pick("failure_threshold"),  # type: ignore[arg-type]
+        window_seconds=pick("window_seconds"),  # type: ignore[arg-type]
+        initial_cooldown_seconds=pick("initial_cooldown_seconds"),  # type: ignore[arg-type]
+        cooldown_cap_seconds=pick("cooldown_cap_seconds"),  # type: ignore[arg-type]
+        minimum_requests=pick("minimum_requests"),  # type: ignore[arg-type]
+        failure_status_codes=frozenset(codes),  # type: ignore[arg-type]
+    )
+
+
+def _override_values(base: BreakerConfigValues, o: BreakerOverride) -> BreakerOverrideValues:
+    codes = o.failure_status_codes
+    return BreakerOverrideValues(
+        provider=o.provider,
+        model=o.model,
+        failure_threshold=o.failure_threshold,
+        window_seconds=o.window_seconds,
+        minimum_requests=o.minimum_requests,
+        initial_cooldown_seconds=o.initial_cooldown_seconds,
+        cooldown_cap_seconds=o.cooldown_cap_seconds,
+        failure_status_codes=tuple(codes) if codes is not None else None,
+        effective=_merge(base, o),
+    )
+
+
+def breaker_override_list() -> list[BreakerOverrideValues]:
+    """Every override, by provider then model, with its effective settings."""
+    base = breaker_config_get()
+    return [_override_values(base, o) for o in BreakerOverride.objects.order_by("provider", "model")]
+
+
+def breaker_override_get(*, provider: str, model: str) -> BreakerOverrideValues | None:
+    """One override, or None."""
+    row = BreakerOverride.objects.filter(provider=provider, model=model).first()
+    return _override_values(breaker_config_get(), row) if row is not None else None
+
+
+def breaker_config_snapshot() -> ConfigSet:
+    """Global settings and every override, merged, for the engine."""
+    base = breaker_config_get()
+    overrides = {(o.provider, o.model): _merge(base, o) for o in BreakerOverride.objects.all()}
+    return ConfigSet(default=base.settings(), overrides=overrides)
+
+
+def _row(snapshot: CircuitSnapshot, config: ConfigSet) -> CircuitRow:
+    settings = config.for_circuit(snapshot.provider, snapshot.model)
+    return CircuitRow(
+        provider=snapshot.provider,
+        model=snapshot.model,
+        state=snapshot.state,
+        failure_count=snapshot.failure_count,
+        total_requests=snapshot.total_requests,
+        cooldown_until=snapshot.cooldown_until,
+        consecutive_opens=snapshot.consecutive_opens,
+        last_failure_at=snapshot.last_failure_at,
+        last_failure_status=snapshot.last_failure_status,
+        opened_at=snapshot.opened_at,
+        failure_threshold=settings.failure_threshold,
+        minimum_requests=settings.minimum_requests,
+        window_seconds=settings.window_seconds,
+        has_override=(snapshot.provider, snapshot.model) in config.overrides,
+    )
+
+
+def circuit_list() -> list[CircuitRow]:
+    """Every tracked circuit of this process's engine, sorted by provider and model. No database query."""
+    engine = get_engine()
+    config = engine.config
+    return [_row(s, config) for s in engine.list_circuits()]
+
+
+def circuit_get(*, provider: str, model: str) -> CircuitRow:
+    """One circuit (a fresh closed one when untracked)."""
+    engine = get_engine()
+    return _row(engine.get(provider, model), engine.config)

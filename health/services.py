@@ -1,0 +1,292 @@
+"""Writes of breaker configuration and circuit resets. One transaction each, audited inside it."""
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from django.db import transaction
+
+from audit.services import audit_record, diff_fields
+from catalog.models import LlmModel, Provider
+from controlplane.configbus import config_publish
+from controlplane.errors import ValidationFailed
+from health.breaker import CircuitSnapshot, get_engine
+from health.models import BreakerConfig, BreakerOverride
+from health.selectors import CONFIG_FIELDS, BreakerConfigValues, breaker_config_get
+
+LABELS = {
+    "failure_threshold": "Failure threshold",
+    "window_seconds": "Failure window",
+    "minimum_requests": "Minimum requests",
+    "initial_cooldown_seconds": "Initial cooldown",
+    "cooldown_cap_seconds": "Cooldown cap",
+    "failure_status_codes": "Failure status codes",
+}
+WINDOW_MAX = 3600
+COOLDOWN_MIN = 30
+COOLDOWN_MAX = 86400
+# Far above any sensible threshold, and below the database's integer limit.
+COUNT_MAX = 1_000_000
+_INT_RE = re.compile(r"[+-]?\d+")
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.errors: dict[str, list[str]] = {}
+
+    def add(self, field: str, message: str) -> None:
+        self.errors.setdefault(field, []).append(message)
+
+    def raise_if_any(self) -> None:
+        if self.errors:
+            first = next(iter(self.errors.values()))[0]
+            raise ValidationFailed(first, errors=self.errors)
+
+
+def _blank(value: Any) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())
+
+
+def _as_int(value: Any) -> int | None:
+    """An integer from an int or a string of digits; None for anything else (floats, bools, words)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
+        return int(value.strip())
+    return None
+
+
+def _parse_int(errors: _Errors, field: str, value: Any) -> int | None:
+    number = _as_int(value)
+    if number is None:
+        errors.add(field, f"{LABELS[field]} must be a whole number (got {value!r}).")
+        return None
+    if field in ("failure_threshold", "minimum_requests"):
+        if number < 1:
+            errors.add(field, f"{LABELS[field]} must be at least 1.")
+        elif number > COUNT_MAX:
+            errors.add(field, f"{LABELS[field]} must be at most {COUNT_MAX}.")
+    elif field == "window_seconds":
+        if not 1 <= number <= WINDOW_MAX:
+            errors.add(field, f"Failure window must be between 1 and {WINDOW_MAX} seconds (1 hour).")
+    elif field == "initial_cooldown_seconds":
+        if number < COOLDOWN_MIN:
+            errors.add(field, f"Initial cooldown must be at least {COOLDOWN_MIN} seconds.")
+        elif number > COOLDOWN_MAX:
+            errors.add(field, f"Initial cooldown must be at most {COOLDOWN_MAX} seconds (24 hours).")
+    elif field == "cooldown_cap_seconds" and number > COOLDOWN_MAX:
+        errors.add(field, f"Cooldown cap must be at most {COOLDOWN_MAX} seconds (24 hours).")
+    return number
+
+
+def _parse_codes(errors: _Errors, value: Any) -> list[int] | None:
+    field = "failure_status_codes"
+    if isinstance(value, str):
+        items: list[Any] = [part for part in re.split(r"[\s,]+", value.strip()) if part]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        errors.add(field, "Failure status codes must be a list of whole numbers, such as [429, 500, 503].")
+        return None
+    codes: list[int] = []
+    ok = True
+    for item in items:
+        code = _as_int(item)
+        if code is None:
+            errors.add(field, f"{item!r} is not a whole number.")
+            ok = False
+        elif not 100 <= code <= 599:
+            errors.add(field, f"Status code {code} is outside 100–599.")
+            ok = False
+        elif code in codes:
+            errors.add(field, f"Status code {code} is listed more than once.")
+            ok = False
+        else:
+            codes.append(code)
+    return codes if ok else None
+
+
+def _check_unknown(errors: _Errors, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    for key in data:
+        if key not in allowed:
+            errors.add(key, f"Unknown field “{key}”; expected one of: {', '.join(allowed)}.")
+
+
+def _check_cap(errors: _Errors, initial: int | None, cap: int | None, *, field: str) -> None:
+    if initial is not None and cap is not None and cap < initial and not errors.errors.get(field):
+        errors.add(field, f"Cooldown cap ({cap} s) must be at least the initial cooldown ({initial} s).")
+
+
+@transaction.atomic
+def breaker_config_update(*, actor: Any, data: Mapping[str, Any]) -> BreakerConfigValues:
+    """Change the global thresholds (fields left out keep their value); audit the changed fields.
+
+    Saving applies at once to every circuit in every process (config_publish on commit).
+    """
+    errors = _Errors()
+    _check_unknown(errors, data, CONFIG_FIELDS)
+    current = breaker_config_get()
+    values: dict[str, Any] = current.as_dict()
+    for field in CONFIG_FIELDS:
+        if field not in data:
+            continue
+        value = data[field]
+        if field == "failure_status_codes":
+            if value is None:
+                errors.add(field, "Failure status codes are required (an empty list counts only timeouts).")
+            else:
+                values[field] = _parse_codes(errors, value)
+        elif _blank(value):
+            errors.add(field, f"{LABELS[field]} is required.")
+        else:
+            values[field] = _parse_int(errors, field, value)
+    _check_cap(errors, values["initial_cooldown_seconds"], values["cooldown_cap_seconds"], field="cooldown_cap_seconds")
+    errors.raise_if_any()
+
+    before, after = diff_fields(current.as_dict(), values)
+    if not after:
+        return current
+    row, _ = BreakerConfig.objects.select_for_update().get_or_create(pk=BreakerConfig.SINGLETON_PK)
+    for field, value in values.items():
+        setattr(row, field, value)
+    row.save()
+    audit_record(
+        actor=actor,
+        action="breaker_config.update",
+        object_type="breaker_config",
+        object_id="global",
+        object_repr="Breaker configuration",
+        before=before,
+        after=after,
+    )
+    transaction.on_commit(config_publish)
+    return breaker_config_get()
+
+
+def _override_dict(row: BreakerOverride) -> dict[str, Any]:
+    return {field: getattr(row, field) for field in CONFIG_FIELDS}
+
+
+@transaction.atomic
+def breaker_override_set(*, actor: Any, provider: str, model: str, data: Mapping[str, Any]) -> BreakerOverride:
+    """Create or replace the override of one (provider, model); a field left out or empty inherits the global value."""
+    errors = _Errors()
+    provider = (provider or "").strip()
+    model = (model or "").strip()
+    if not provider:
+        errors.add("provider", "Provider is required.")
+    elif not Provider.objects.filter(name=provider).exists():
+        errors.add("provider", f"Unknown provider “{provider}”.")
+    if not model:
+        errors.add("model", "Model is required.")
+    elif not LlmModel.objects.filter(name=model).exists():
+        errors.add("model", f"Unknown model “{model}”.")
+    _check_unknown(errors, data, CONFIG_FIELDS)
+    values: dict[str, Any] = dict.fromkeys(CONFIG_FIELDS)
+    for field in CONFIG_FIELDS:
+        value = data.get(field)
+        if field == "failure_status_codes":
+            if value is not None and not (isinstance(value, str) and not value.strip()):
+                values[field] = _parse_codes(errors, value)
+        elif not _blank(value):
+            values[field] = _parse_int(errors, field, value)
+    if all(values[f] is None for f in CONFIG_FIELDS) and not any(f in errors.errors for f in CONFIG_FIELDS):
+        errors.add("__all__", "Set at least one field; an override with every field empty changes nothing.")
+    base = breaker_config_get()
+    initial = values["initial_cooldown_seconds"] or base.initial_cooldown_seconds
+    cap = values["cooldown_cap_seconds"] or base.cooldown_cap_seconds
+    cap_field = "cooldown_cap_seconds" if values["cooldown_cap_seconds"] is not None else "initial_cooldown_seconds"
+    if values["cooldown_cap_seconds"] is not None or values["initial_cooldown_seconds"] is not None:
+        _check_cap(errors, initial, cap, field=cap_field)
+    errors.raise_if_any()
+
+    row = BreakerOverride.objects.select_for_update().filter(provider=provider, model=model).first()
+    previous = _override_dict(row) if row is not None else None
+    if row is None:
+        row = BreakerOverride(provider=provider, model=model)
+    for field, value in values.items():
+        setattr(row, field, value)
+    if previous is not None:
+        before, after = diff_fields(previous, values)
+        if not after:
+            return row
+    else:
+        before, after = {}, values
+    row.save()
+    audit_record(
+        actor=actor,
+        action="breaker_override.set",
+        object_type="breaker_override",
+        object_id=f"{provider}/{model}",
+        object_repr=f"Breaker override {provider}/{model}",
+        before={"provider": provider, "model": model, **before} if previous is not None else None,
+        after={"provider": provider, "model": model, **after},
+    )
+    transaction.on_commit(config_publish)
+    return row
+
+
+@transaction.atomic
+def breaker_override_delete(*, actor: Any, provider: str, model: str) -> None:
+    """Remove one override (the circuit goes back to the global thresholds); audit a full snapshot."""
+    row = BreakerOverride.objects.select_for_update().filter(provider=provider, model=model).first()
+    if row is None:
+        raise ValidationFailed(
+            f"No breaker override exists for {provider}/{model}.",
+            errors={"__all__": [f"No breaker override exists for {provider}/{model}."]},
+        )
+    snapshot = {"provider": provider, "model": model, **_override_dict(row)}
+    row.delete()
+    audit_record(
+        actor=actor,
+        action="breaker_override.delete",
+        object_type="breaker_override",
+        object_id=f"{provider}/{model}",
+        object_repr=f"Breaker override {provider}/{model}",
+        before=snapshot,
+    )
+    transaction.on_commit(config_publish)
+
+
+def _state_record(snapshot: CircuitSnapshot) -> dict[str, Any]:
+    data = snapshot.as_dict()
+    data["state"] = str(snapshot.state)
+    return data
+
+
+@transaction.atomic
+def circuit_reset(*, actor: Any, provider: str, model: str) -> CircuitSnapshot:
+    """Close one tracked circuit and forget its window and cooldown growth; audit the state it had.
+
+    The audit event is written first and the engine is reset on commit, so no reset can happen
+    without its event. Returns the circuit as it was when reset was asked.
+    """
+    errors = _Errors()
+    provider = (provider or "").strip() if isinstance(provider, str) else ""
+    model = (model or "").strip() if isinstance(model, str) else ""
+    if not provider:
+        errors.add("provider", "Provider is required.")
+    if not model:
+        errors.add("model", "Model is required.")
+    errors.raise_if_any()
+    engine = get_engine()
+    tracked = {(s.provider, s.model): s for s in engine.list_circuits()}
+    before = tracked.get((provider, model))
+    if before is None:
+        raise ValidationFailed(
+            f"No circuit is tracked for {provider}/{model}.",
+            errors={"__all__": [f"No circuit is tracked for {provider}/{model}."]},
+        )
+    audit_record(
+        actor=actor,
+        action="circuit.reset",
+        object_type="circuit",
+        object_id=f"{provider}/{model}",
+        object_repr=f"{provider}/{model}",
+        before=_state_record(before),
+        after={"provider": provider, "model": model, "state": "closed"},
+    )
+    transaction.on_commit(lambda: engine.reset(provider, model))
+    return before
