@@ -184,7 +184,14 @@ class MemoryEngine(BreakerEngine):
 
     def _snapshot(self, c: _Circuit, now: float) -> CircuitSnapshot:
         settings = self._config.for_circuit(c.provider, c.model)
-        c.trim(now, settings.window_seconds)
+        # Count without trimming: reads never drop events (only recording does, as in Redis).
+        horizon = now - settings.window_seconds
+        total = failures = 0
+        for ts, failed in reversed(c.events):
+            if ts <= horizon:
+                break
+            total += 1
+            failures += failed
         state = c.state
         probe_in_flight = False
         if state is State.OPEN and c.cooldown_until is not None and now >= c.cooldown_until:
@@ -195,8 +202,8 @@ class MemoryEngine(BreakerEngine):
             provider=c.provider,
             model=c.model,
             state=state,
-            failure_count=c.failures,
-            total_requests=len(c.events),
+            failure_count=failures,
+            total_requests=total,
             cooldown_until=to_datetime(c.cooldown_until),
             consecutive_opens=c.consecutive_opens,
             last_failure_at=to_datetime(c.last_failure_at),

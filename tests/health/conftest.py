@@ -1,0 +1,60 @@
+"""Engines for the contract suite: one per backend, each with its own clock and Redis key namespace."""
+
+import uuid
+
+import pytest
+import redis
+
+from health.breaker import BreakerSettings, ConfigSet, ManualClock, build_engine
+
+P, M = "openai", "gpt-4o"
+
+
+def delete_namespace(url: str, namespace: str) -> None:
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=f"{namespace}:*", count=500))
+    if keys:
+        client.delete(*keys)
+    client.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(1_700_000_000.0)
+
+
+@pytest.fixture(params=["memory", "redis"])
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def make_engine(request, backend, clock):
+    """make_engine(config=..., namespace=..., clock=...) -> a new engine of this test's backend; all closed after."""
+    url = request.getfixturevalue("redis_url") if backend == "redis" else ""
+    made = []
+    namespaces = set()
+
+    def make(*, config: ConfigSet | None = None, namespace: str | None = None, clock=clock, **kwargs):
+        ns = namespace or f"test:breaker:{uuid.uuid4().hex}"
+        namespaces.add(ns)
+        engine = build_engine(redis_url=url, namespace=ns, clock=clock, config=config, **kwargs)
+        made.append(engine)
+        return engine
+
+    make.backend = backend
+    make.url = url
+    yield make
+    for engine in made:
+        engine.close()
+    if url:
+        for ns in namespaces:
+            delete_namespace(url, ns)
+
+
+def settings(**overrides) -> BreakerSettings:
+    return BreakerSettings(**overrides)
+
+
+def config(**overrides) -> ConfigSet:
+    return ConfigSet(default=BreakerSettings(**overrides))
