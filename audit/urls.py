@@ -1,5 +1,9 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from audit import views
 
 app_name = "audit"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.audit_list_view, name="list"),
+]

@@ -1,5 +1,13 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from chains import views
 
 app_name = "chains"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.chain_list_view, name="list"),
+    path("new/", views.chain_create_view, name="create"),
+    path("<int:chain_id>/edit/", views.chain_edit_view, name="edit"),
+    path("<int:chain_id>/toggle/", views.chain_toggle_view, name="toggle"),
+    path("<int:chain_id>/delete/", views.chain_delete_view, name="delete"),
+]

@@ -1,5 +1,9 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from health import views
 
 app_name = "health"
 
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.index, name="index"),
+]

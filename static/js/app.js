@@ -132,7 +132,7 @@
       if (pos) pos.textContent = String(i + 1) + ".";
       row.querySelectorAll("[data-entry-move]").forEach(function (btn) {
         const up = btn.dataset.entryMove === "up";
-        btn.value = i + ":" + btn.dataset.entryMove;
+        btn.value = btn.dataset.entryMove + ":" + i;
         btn.disabled = up ? i === 0 : i === rows.length - 1;
         btn.setAttribute("aria-label", "Move entry " + (i + 1) + (up ? " up" : " down"));
       });

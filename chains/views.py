@@ -1,0 +1,364 @@
+"""Fallback Chains tab: list, editor, toggle, delete. Full page normally, a named partial for HTMX."""
+
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.contrib import messages
+from django.core.paginator import Paginator
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.middleware import HtmxDetails
+
+from catalog.enums import Capability, ScopeType
+from catalog.models import LlmModel, Provider
+from catalog.scopes import Scope, scope_choices, scope_label, scope_names, scope_validate
+from chains.forms import (
+    PAGE_SIZES,
+    ChainForm,
+    EntryRow,
+    ListParams,
+    entries_apply_op,
+    entries_from_post,
+    list_params,
+)
+from chains.models import MAX_ENTRIES, FallbackChain
+from chains.selectors import (
+    DEFAULT_CHAIN_ORDERING,
+    ChainWarning,
+    chain_get,
+    chain_list,
+    chain_warnings,
+    cost_hint,
+    cost_ratio,
+)
+from chains.services import chain_create, chain_delete, chain_set_enabled, chain_update
+from chains.templatetags.console_tags import query
+from controlplane.errors import ConflictError, ValidationFailed
+from controlplane.permissions import role_required
+from controlplane.roles import Role
+
+
+class HtmxRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def _get_chain(chain_id: int) -> FallbackChain:
+    try:
+        return chain_get(chain_id=chain_id)
+    except FallbackChain.DoesNotExist:
+        raise Http404("No such chain.") from None
+
+
+def _wants_partial(request: HtmxRequest) -> bool:
+    # A history restore after a cache miss needs the whole page, HX-Request or not.
+    return bool(request.htmx) and not request.htmx.history_restore_request
+
+
+# ---------- List ----------
+
+# (sort key, header label); None = not sortable.
+COLUMNS: tuple[tuple[str | None, str], ...] = (
+    ("name", "Name"),
+    ("source_model", "Source model"),
+    (None, "Chain"),
+    ("scope", "Scope"),
+    ("status", "Status"),
+)
+
+
+@dataclass(frozen=True)
+class ChainRow:
+    chain: FallbackChain
+    scope: str
+    entries_text: str  # short: model names only
+    entries_title: str  # full: with provider overrides and position
+
+
+def _chain_rows(chains: list[FallbackChain]) -> list[ChainRow]:
+    names = scope_names((c.scope_type, c.scope_id) for c in chains)
+    rows = []
+    for chain in chains:
+        entries = list(chain.entries.all())
+        short = " → ".join(e.model.name for e in entries)
+        full = " → ".join(
+            f"{i}. {e.model.name} via {e.served_by.name}{' (override)' if e.provider_id else ''}"
+            for i, e in enumerate(entries, start=1)
+        )
+        rows.append(
+            ChainRow(
+                chain=chain,
+                scope=scope_label(chain.scope_type, chain.scope_id, names),
+                entries_text=short,
+                entries_title=full,
+            )
+        )
+    return rows
+
+
+def _headers(params: ListParams) -> list[dict[str, Any]]:
+    current = params.sort.lstrip("-")
+    descending = params.sort.startswith("-")
+    headers = []
+    for key, label in COLUMNS:
+        header: dict[str, Any] = {"key": key, "label": label, "sort": None, "arrow": "", "aria_sort": ""}
+        if key is not None:
+            active = key == current
+            # First click sorts ascending; clicking the active column flips it.
+            header["sort"] = f"-{key}" if active and not descending else key
+            if active:
+                header["arrow"] = "▼" if descending else "▲"
+                header["aria_sort"] = "descending" if descending else "ascending"
+        headers.append(header)
+    return headers
+
+
+def _list_context(params: ListParams) -> dict[str, Any]:
+    paginator = Paginator(chain_list(search=params.q, ordering=params.sort), params.page_size)
+    page = paginator.get_page(params.page)
+    params = ListParams(q=params.q, sort=params.sort, page=page.number, page_size=params.page_size)
+    query = params.as_query()
+    return {
+        "section": "fallback",
+        "tab": "chains",
+        "params": params,
+        "query": query,
+        # The state minus the page, for links that change sort or size.
+        "query_no_page": {k: v for k, v in query.items() if k != "page"},
+        "page_obj": page,
+        "page_range": list(paginator.get_elided_page_range(page.number, on_each_side=2, on_ends=1)),
+        "rows": _chain_rows(list(page.object_list)),
+        "headers": _headers(params),
+        "page_sizes": PAGE_SIZES,
+        "default_sort": DEFAULT_CHAIN_ORDERING,
+        "list_url": reverse("chains:list"),
+    }
+
+
+@require_GET
+@role_required(Role.ADMIN)
+@vary_on_headers("HX-Request", "HX-Target")
+def chain_list_view(request: HtmxRequest) -> HttpResponse:
+    context = _list_context(list_params(request.GET))
+    template = "chains/list.html"
+    if _wants_partial(request):
+        if request.htmx.target == "fallback-page":
+            template += "#fallback-page"
+        else:
+            template += "#chain-table"
+            context["oob"] = True
+    response = render(request, template, context)
+    if _wants_partial(request):
+        # The canonical address of what is shown (no empty or default parameters).
+        response["HX-Push-Url"] = context["list_url"] + query(context["query"])
+    return response
+
+
+def _table_response(request: HtmxRequest) -> HttpResponse:
+    """Re-render the table for the list state the page is showing (its URL is in HX-Current-URL)."""
+    current = urlsplit(request.htmx.current_url or "")
+    params = list_params(QueryDict(current.query))
+    context = _list_context(params)
+    context["oob"] = True
+    response = render(request, "chains/list.html#chain-table", context)
+    # Keep the address bar in step if the page number had to change (last row of a page deleted).
+    if context["params"] != params and current.path:
+        response["HX-Replace-Url"] = context["list_url"] + query(context["query"])
+    return response
+
+
+@require_POST
+@role_required(Role.ADMIN)
+def chain_toggle_view(request: HtmxRequest, chain_id: int) -> HttpResponse:
+    chain = _get_chain(chain_id)
+    enabled = request.POST.get("enabled") == "1"
+    try:
+        chain = chain_set_enabled(actor=request.user, chain_id=chain.pk, enabled=enabled)
+    except ConflictError as exc:
+        messages.error(request, exc.message)
+        if request.htmx:
+            return HttpResponse("")  # the row's chain is gone: the swap removes the row
+        return redirect("chains:list")
+    verb = "enabled" if chain.enabled else "disabled"
+    messages.success(request, f"Chain “{chain.name}” {verb}.")
+    if request.htmx:
+        return render(request, "chains/list.html#chain-row", {"row": _chain_rows([chain])[0]})
+    return redirect("chains:list")
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+def chain_delete_view(request: HtmxRequest, chain_id: int) -> HttpResponse:
+    """GET: the confirm page (used without JavaScript; with it, a <dialog> asks). POST: delete."""
+    chain = _get_chain(chain_id)
+    if request.method == "GET":
+        return render(request, "chains/delete.html", {"section": "fallback", "chain": chain})
+    try:
+        chain_delete(actor=request.user, chain_id=chain.pk)
+    except ConflictError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Chain “{chain.name}” deleted.")
+    if request.htmx:
+        return _table_response(request)
+    return redirect("chains:list")
+
+
+# ---------- Editor ----------
+
+
+@dataclass(frozen=True)
+class EntryView:
+    index: int
+    model: str
+    provider: str
+    errors: list[str]
+    served_by: str  # the model's default provider, for the "default" option label
+    capabilities: list[str]
+    cost_hint: str
+    cost_class: str
+
+
+def _entry_views(entries: list[EntryRow], models: dict[str, LlmModel], source: LlmModel | None) -> list[EntryView]:
+    views = []
+    for i, entry in enumerate(entries):
+        model = models.get(entry.model)
+        hint, css = "", ""
+        if model is not None and source is not None:
+            hint = cost_hint(source=source, model=model)
+            ratio = cost_ratio(source=source, model=model)
+            css = "" if ratio is None else "cost-cheaper" if ratio < 1 else "cost-pricier" if ratio > 1 else ""
+        views.append(
+            EntryView(
+                index=i,
+                model=entry.model,
+                provider=entry.provider,
+                errors=entry.errors,
+                served_by=model.provider.name if model is not None else "",
+                capabilities=list(model.capabilities or []) if model is not None else [],
+                cost_hint=hint,
+                cost_class=css,
+            )
+        )
+    return views
+
+
+def _warnings(form: ChainForm, models: dict[str, LlmModel]) -> list[ChainWarning]:
+    """Non-blocking warnings for what is on screen; nothing until the source and scope make sense."""
+    source = models.get((form.value("source_model") or "").strip())
+    if source is None:
+        return []
+    scope_type = form.value("scope_type") or ScopeType.GLOBAL
+    scope_id = None if scope_type == ScopeType.GLOBAL else form.value("scope_id") or None
+    try:
+        scope = scope_validate(scope_type=scope_type, scope_id=scope_id)
+    except ValidationFailed:
+        scope = Scope.global_() if scope_type == ScopeType.GLOBAL else None
+    if scope is None:
+        return []
+    entry_models = [models[e.model] for e in form.entries if e.model in models]
+    return chain_warnings(source=source, entries=entry_models, scope=scope)
+
+
+def _editor_context(request: HttpRequest, form: ChainForm, chain: FallbackChain | None) -> dict[str, Any]:
+    catalog = list(LlmModel.objects.select_related("provider").order_by("name"))
+    models = {m.name: m for m in catalog}
+    source_name = (form.value("source_model") or "").strip()
+    scope_type = form.value("scope_type") or ScopeType.GLOBAL
+    groups = scope_choices()
+    if scope_type != ScopeType.GLOBAL:
+        # Only the chosen type's targets; with the global scope every group stays listed so
+        # the form still works without JavaScript.
+        groups = [(t, items) for t, items in groups if t == scope_type]
+    return {
+        "section": "fallback",
+        "tab": "chains",
+        "form": form,
+        "chain": chain,
+        "action": request.path,
+        "catalog": catalog,
+        "providers": list(Provider.objects.order_by("name").values_list("name", flat=True)),
+        "source": models.get(source_name),
+        "entries": _entry_views(form.entries, models, models.get(source_name)),
+        "max_entries": MAX_ENTRIES,
+        "warnings": _warnings(form, models),
+        "scope_types": ScopeType.choices,
+        "scope_groups": [(ScopeType(t).label, items) for t, items in groups],
+        "scope_type": scope_type,
+        "scope_id": str(form.value("scope_id") or ""),
+        "capability_labels": dict(Capability.choices),
+        "summary": form.error_summary() if form.is_bound else [],
+        "has_entry_errors": any(e.errors for e in form.entries),
+    }
+
+
+def _initial_for(chain: FallbackChain) -> tuple[dict[str, Any], list[EntryRow]]:
+    initial = {
+        "name": chain.name,
+        "source_model": chain.source_model.name,
+        "scope_type": chain.scope_type,
+        "scope_id": chain.scope_id or "",
+        "enabled": chain.enabled,
+        "version": chain.version,
+    }
+    entries = [
+        EntryRow(model=e.model.name, provider=e.provider.name if e.provider_id else "") for e in chain.entries.all()
+    ]
+    return initial, entries
+
+
+def _editor(request: HtmxRequest, chain: FallbackChain | None) -> HttpResponse:
+    template = "chains/form.html"
+    if request.method == "GET":
+        if chain is None:
+            initial, entries = {"scope_type": ScopeType.GLOBAL, "enabled": True}, [EntryRow()]
+        else:
+            initial, entries = _initial_for(chain)
+        form = ChainForm(initial=initial, entries=entries)
+        return render(request, template, _editor_context(request, form, chain))
+
+    op = request.POST.get("op", "save")
+    entries = entries_from_post(request.POST)
+    if op != "save":
+        # Add/remove/move without JavaScript, or an HTMX refresh of hints and warnings: no save.
+        form = ChainForm(request.POST, entries=entries_apply_op(entries, op))
+        form.is_valid()
+        form.errors.clear()
+        if _wants_partial(request):
+            template += "#chain-form"
+        return render(request, template, _editor_context(request, form, chain))
+
+    form = ChainForm(request.POST, entries=entries)
+    if form.is_valid():
+        data = form.chain_input()
+        try:
+            if chain is None:
+                saved = chain_create(actor=request.user, data=data)
+            else:
+                saved = chain_update(
+                    actor=request.user, chain_id=chain.pk, version=form.cleaned_data["version"], data=data
+                )
+        except ConflictError as exc:
+            form.add_error(None, exc.message)
+        except ValidationFailed as exc:
+            form.add_service_errors(exc)
+        else:
+            verb = "created" if chain is None else "saved"
+            messages.success(request, f"Chain “{saved.name}” {verb}.")
+            return redirect("chains:list")
+    return render(request, template, _editor_context(request, form, chain))
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+def chain_create_view(request: HtmxRequest) -> HttpResponse:
+    return _editor(request, None)
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+def chain_edit_view(request: HtmxRequest, chain_id: int) -> HttpResponse:
+    return _editor(request, _get_chain(chain_id))
