@@ -57,7 +57,8 @@ def name_checked(
     elif len(name) > max_length:
         errors.setdefault(field_name, []).append(f"{label} name is at most {max_length} characters.")
     elif taken.filter(name=name).exists():
-        errors.setdefault(field_name, []).append(f"A {label.lower()} named “{name}” already exists.")
+        article = "An" if label[0].lower() in "aeiou" else "A"
+        errors.setdefault(field_name, []).append(f"{article} {label.lower()} named “{name}” already exists.")
     return name
 
 
