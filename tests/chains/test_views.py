@@ -527,7 +527,7 @@ def test_create_page_full_with_source_select_and_one_entry(admin_client, catalog
     assert 'data-entry-move="up"' in html and 'data-entry-move="down"' in html
     assert 'class="drag-handle"' in html
     assert "/static/vendor/Sortable.min.js" in html
-    assert '<input type="checkbox" id="id_enabled" name="enabled" checked>' in html
+    assert '<input type="checkbox" id="id_enabled" name="enabled" hx-preserve="true" checked>' in html
 
 
 def test_create_saves_entries_in_posted_order_and_redirects(admin_client, catalog):
