@@ -1,6 +1,49 @@
+"""ASGI entry point.
+
+Embedded mode (no REDIS_URL): ONE process serves the console and the gateway —
+`/v1/...`, `/healthz` and `/readyz` go to the gateway, the rest to Django — so the
+in-memory breaker the gateway uses is the one the Provider Health tab shows.
+Production: the console only; gateways run under `manage.py run_gateway`.
+"""
+
 import os
+from typing import Any
 
 from django.core.asgi import get_asgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
-application = get_asgi_application()
+django_app = get_asgi_application()
+
+from django.conf import settings  # noqa: E402
+
+GATEWAY_PATHS = ("/v1/", "/healthz", "/readyz")
+
+
+class EmbeddedRouter:
+    """Sends gateway paths to the gateway app and everything else to Django; owns the lifespan."""
+
+    def __init__(self, django: Any, gateway: Any) -> None:
+        self.django = django
+        self.gateway = gateway
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await self.gateway(scope, receive, send)
+        elif scope["type"] == "http" and scope["path"].startswith(GATEWAY_PATHS):
+            await self.gateway(scope, receive, send)
+        else:
+            await self.django(scope, receive, send)
+
+
+def _application() -> Any:
+    if settings.EMBEDDED and getattr(settings, "EMBEDDED_GATEWAY", True):
+        from gateway.app import GatewayApp
+        from gateway.config import ConfigHolder
+        from gateway.logsink import LogSink
+
+        gateway = GatewayApp(config=ConfigHolder(), sink=LogSink())
+        return EmbeddedRouter(django_app, gateway)
+    return django_app
+
+
+application = _application()

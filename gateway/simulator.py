@@ -9,6 +9,7 @@ from the control endpoint, or else from the name itself:
     hang                  never answers (until the client gives up)
     close                 starts the response, then drops the connection
     midstream-<n>         streams <n> chunks, then drops the connection
+    nodone                streams normally but never sends the final `data: [DONE]`
     flaky-<pct>           <pct>% of calls answer 500, deterministically spread
 
 Control endpoint (JSON): GET /_sim/state; PUT /_sim/providers/<name> with any of
@@ -19,6 +20,7 @@ Control endpoint (JSON): GET /_sim/state; PUT /_sim/providers/<name> with any of
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass, fields, replace
@@ -28,7 +30,7 @@ Scope = dict[str, Any]
 Receive = Any
 Send = Any
 
-MODES = ("ok", "status", "hang", "close", "midstream", "flaky")
+MODES = ("ok", "status", "hang", "close", "midstream", "flaky", "nodone")
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -69,7 +71,7 @@ class Behaviour:
                 return cls(mode="flaky", fail_rate=float(arg) / 100)
         except ValueError:
             return cls()
-        if name in ("hang", "close"):
+        if name in ("hang", "close", "nodone"):
             return cls(mode=name)
         return cls()
 
@@ -90,6 +92,10 @@ class Simulator:
     def __init__(self) -> None:
         self.behaviours: dict[str, Behaviour] = {}
         self.requests: Counter[str] = Counter()
+        # Streams that ran to their end (lets tests see a chunk arrive before the upstream finished).
+        self.completed_streams: Counter[str] = Counter()
+        # Tests may hold a provider's stream after its first chunk until they set the event.
+        self.gates: dict[str, threading.Event] = {}
         self._flaky_seq: Counter[str] = Counter()
 
     def behaviour(self, name: str) -> Behaviour:
@@ -185,6 +191,9 @@ class Simulator:
                 "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
             }
             await send({"type": "http.response.body", "body": _sse(chunk), "more_body": True})
+            gate = self.gates.get(name)
+            if i == 0 and gate is not None:
+                await asyncio.to_thread(gate.wait, 30)
             if b.chunk_delay_ms:
                 await asyncio.sleep(b.chunk_delay_ms / 1000)
         if b.mode == "midstream":
@@ -197,6 +206,7 @@ class Simulator:
             "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
         }
         tail = _sse(final)
+        self.completed_streams[name] += 1
         if (request.get("stream_options") or {}).get("include_usage"):
             usage = {
                 "prompt_tokens": prompt_tokens,
@@ -213,7 +223,8 @@ class Simulator:
                     "usage": usage,
                 }
             )
-        await send({"type": "http.response.body", "body": tail + b"data: [DONE]\n\n", "more_body": False})
+        done = b"" if b.mode == "nodone" else b"data: [DONE]\n\n"
+        await send({"type": "http.response.body", "body": tail + done, "more_body": False})
 
     def _flaky_fails(self, name: str, rate: float) -> bool:
         # Deterministic spread: call n fails when floor(n*rate) increases.
@@ -232,6 +243,7 @@ class Simulator:
         if path == "/_sim/reset" and method == "POST":
             self.behaviours.clear()
             self.requests.clear()
+            self.completed_streams.clear()
             self._flaky_seq.clear()
             await _json(send, 200, {"reset": True})
             return

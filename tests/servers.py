@@ -10,10 +10,17 @@ import uvicorn
 
 
 @contextlib.contextmanager
-def serve(app: Any, *, host: str = "127.0.0.1") -> Iterator[str]:
+def serve(app: Any, *, host: str = "127.0.0.1", lifespan: bool = False) -> Iterator[str]:
     """Serve `app` with uvicorn on a free port; yields the base URL; stops it on exit."""
     config = uvicorn.Config(
-        app, host=host, port=0, log_level="warning", access_log=False, lifespan="off", loop="asyncio", http="h11"
+        app,
+        host=host,
+        port=0,
+        log_level="warning",
+        access_log=False,
+        lifespan="on" if lifespan else "off",
+        loop="asyncio",
+        http="h11",
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

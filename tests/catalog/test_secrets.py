@@ -51,3 +51,20 @@ def test_api_key_secret_is_stored_only_as_hash():
     assert stored.hashed_secret == key_hash(created.secret)
     assert created.secret.startswith(stored.prefix + "-")
     assert created.secret not in (_raw("catalog_apikey", "hashed_secret", stored.pk), stored.prefix)
+
+
+def test_undecryptable_secret_reads_empty_and_survives_a_save():
+    provider = ProviderFactory(api_key="sk-before-rotation")
+    raw = _raw("catalog_provider", "api_key", provider.pk)
+    crypto._fernet.cache_clear()
+    try:
+        with override_settings(FIELD_ENCRYPTION_KEYS=["2" * 43 + "="]):
+            loaded = Provider.objects.get(pk=provider.pk)
+            loaded.base_url = "http://127.0.0.1:9/elsewhere"
+            loaded.save()
+            assert loaded.api_key == ""
+    finally:
+        crypto._fernet.cache_clear()
+
+    assert _raw("catalog_provider", "api_key", provider.pk) == raw
+    assert Provider.objects.get(pk=provider.pk).api_key == "sk-before-rotation"

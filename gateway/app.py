@@ -1,0 +1,576 @@
+"""The data plane: a lean ASGI app serving /v1/chat/completions, /v1/models, /healthz, /readyz.
+
+Request path: auth (key hash -> snapshot) -> guardrails -> routing rule -> alias ->
+breaker decision and fallback -> upstream (httpx) -> outcome to the breaker ->
+response with attribution headers -> one log record. No database, no templates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import orjson
+
+from gateway.config import ConfigHolder
+from gateway.errors import openai_error, sse_error
+from gateway.logsink import LogSink
+from gateway.snapshot import KeyInfo, ProviderInfo, Refusal, Route, Snapshot, Target
+from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
+from gateway.upstream.openai import OpenAIAdapter
+from health.breaker.base import BreakerEngine
+from health.breaker.types import Decision, Outcome
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_BODY = 10 * 1024 * 1024
+_JSON_HEADERS = [(b"content-type", b"application/json")]
+_SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
+_DONE = b"data: [DONE]"
+ADAPTERS: dict[str, type[Adapter]] = {"openai": OpenAIAdapter}
+
+
+class _ClientGone(Exception):
+    """The client disconnected before it was answered."""
+
+
+class _Reject(Exception):
+    """A request the gateway answers itself, before any upstream call."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        kind: str = "invalid_request_error",
+        code: str | None = None,
+        param: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind, self.code, self.param = status, message, kind, code, param
+
+
+@dataclass
+class _Call:
+    """Everything known about one chat request; becomes its log record."""
+
+    request_id: str
+    started: float
+    created_at: float
+    key: KeyInfo | None = None
+    requested_model: str = ""
+    route: Route | None = None
+    stream: bool = False
+    payload: dict[str, Any] = field(default_factory=dict)
+    raw: bytes = b""
+    served: Target | None = None
+    chain_step: int = 0
+    fallback: bool = False
+    status: int = 0
+    ttfb: float | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    error_kind: str = ""
+    attempts: list[dict[str, Any]] = field(default_factory=list)
+
+
+class GatewayApp:
+    def __init__(
+        self,
+        *,
+        config: ConfigHolder,
+        engine: BreakerEngine | None = None,
+        sink: LogSink | None = None,
+        max_body: int = DEFAULT_MAX_BODY,
+        deadline_seconds: float = 300.0,
+    ) -> None:
+        self.config = config
+        self._engine = engine
+        self.sink = sink
+        self.max_body = max_body
+        self.deadline = deadline_seconds
+        self._clients: dict[tuple[Any, ...], httpx.AsyncClient] = {}
+        self._adapters: dict[str, tuple[ProviderInfo, Adapter]] = {}
+        self.started = False
+
+    @property
+    def engine(self) -> BreakerEngine:
+        if self._engine is None:
+            from health.breaker import get_engine
+
+            self._engine = get_engine()
+        return self._engine
+
+    # -- lifecycle -----------------------------------------------------------------
+    async def startup(self) -> None:
+        if self.started:
+            return
+        await asyncio.to_thread(self.config.start)
+        _ = self.engine
+        if self.sink is not None:
+            self.sink.start()
+        self.started = True
+
+    async def shutdown(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+        self._clients.clear()
+        self._adapters.clear()
+        if self.sink is not None:
+            await asyncio.to_thread(self.sink.stop)
+        await asyncio.to_thread(self.config.stop)
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            await self.handle(scope, receive, send)
+        elif kind == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    try:
+                        await self.startup()
+                    except Exception as exc:  # noqa: BLE001 - report to the server, which exits
+                        await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                        return
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await self.shutdown()
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    async def handle(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        path, method = scope["path"], scope["method"]
+        if path == "/v1/chat/completions":
+            if method != "POST":
+                await _respond(send, 405, openai_error("Use POST for /v1/chat/completions."))
+                return
+            await self._chat(scope, receive, send)
+        elif path == "/v1/models" and method == "GET":
+            await self._models(scope, send)
+        elif path == "/healthz":
+            await _respond(send, 200, b'{"status":"ok"}')
+        elif path == "/readyz":
+            await self._ready(send)
+        else:
+            await _respond(send, 404, openai_error(f"Unknown endpoint {method} {path}.", code="unknown_url"))
+
+    async def _ready(self, send: Any) -> None:
+        snap = self.config.current
+        if snap is None:
+            body = {"ready": False, "missing": ["config snapshot"], "error": self.config.last_error or None}
+            await _respond(send, 503, orjson.dumps(body))
+            return
+        missing = [
+            name
+            for name, present in (("api keys", snap.keys), ("models", snap.models), ("providers", snap.providers))
+            if not present
+        ]
+        body = {
+            "ready": not missing,
+            "config_version": snap.version,
+            "missing": missing,
+            "stale_error": self.config.last_error or None,
+        }
+        await _respond(send, 200 if not missing else 503, orjson.dumps(body))
+
+    # -- auth ----------------------------------------------------------------------
+    def _authenticate(self, scope: dict[str, Any], snap: Snapshot) -> KeyInfo:
+        header = b""
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                header = value
+                break
+        if not header:
+            raise _Reject(401, "Missing API key: send it as `Authorization: Bearer <key>`.", code="missing_api_key")
+        scheme, _, secret = header.partition(b" ")
+        if scheme.lower() != b"bearer" or not secret.strip():
+            raise _Reject(401, "Malformed Authorization header: expected `Bearer <key>`.", code="invalid_api_key")
+        key = snap.keys.get(hashlib.sha256(secret.strip()).hexdigest())
+        if key is None:
+            raise _Reject(401, "Invalid or revoked API key.", code="invalid_api_key")
+        return key
+
+    async def _models(self, scope: dict[str, Any], send: Any) -> None:
+        snap = self.config.current
+        if snap is None:
+            await _respond(
+                send, 503, openai_error("The gateway has not loaded its configuration yet.", kind="server_error")
+            )
+            return
+        try:
+            key = self._authenticate(scope, snap)
+        except _Reject as exc:
+            await _respond(send, exc.status, openai_error(exc.message, kind="invalid_request_error", code=exc.code))
+            return
+        data = []
+        for name in snap.models_for(key):
+            model = snap.models.get(name)
+            owner = model.provider if model else "alias"
+            data.append({"id": name, "object": "model", "created": 0, "owned_by": owner})
+        await _respond(send, 200, orjson.dumps({"object": "list", "data": data}))
+
+    # -- chat ------------------------------------------------------------------------
+    async def _chat(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        call = _Call(request_id=uuid.uuid4().hex, started=time.perf_counter(), created_at=time.time())
+        try:
+            await self._chat_inner(call, scope, receive, send)
+        except _ClientGone:
+            call.status, call.error_kind = 499, "client_disconnected"
+        except _Reject as exc:
+            call.status = exc.status
+            call.error_kind = exc.code or "rejected"
+            await _respond(
+                send,
+                exc.status,
+                openai_error(exc.message, kind=exc.kind, code=exc.code, param=exc.param),
+                extra=[(b"x-vidai-request-id", call.request_id.encode())],
+            )
+        finally:
+            self._log(call)
+
+    async def _chat_inner(self, call: _Call, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        snap = self.config.current
+        if snap is None:
+            raise _Reject(
+                503,
+                "The gateway has not loaded its configuration yet; retry shortly.",
+                kind="server_error",
+                code="not_ready",
+            )
+        call.key = self._authenticate(scope, snap)
+        call.raw = await self._read_body(scope, receive)
+        try:
+            payload = orjson.loads(call.raw)
+        except orjson.JSONDecodeError as exc:
+            raise _Reject(400, f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
+        if not isinstance(payload, dict):
+            raise _Reject(400, "The request body must be a JSON object.", code="invalid_json")
+        model = payload.get("model")
+        if not isinstance(model, str) or not model.strip():
+            raise _Reject(400, "Missing required parameter: 'model'.", code="missing_model", param="model")
+        messages = payload.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise _Reject(
+                400,
+                "Missing required parameter: 'messages' (a non-empty list).",
+                code="missing_messages",
+                param="messages",
+            )
+        call.payload, call.requested_model = payload, model
+        call.stream = payload.get("stream") is True
+        route = snap.resolve(call.key, model)
+        if isinstance(route, Refusal):
+            raise _Reject(route.status, route.message, kind=route.kind, code=route.code, param="model")
+        call.route = route
+        await self._proxy_watching_disconnect(call, snap, receive, send)
+
+    async def _read_body(self, scope: dict[str, Any], receive: Any) -> bytes:
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    raise _Reject(400, "Malformed Content-Length header.", code="invalid_request") from None
+                if declared > self.max_body:
+                    raise _Reject(413, _too_large(self.max_body), code="request_too_large")
+                break
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                raise _Reject(413, _too_large(self.max_body), code="request_too_large")
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _proxy_watching_disconnect(self, call: _Call, snap: Snapshot, receive: Any, send: Any) -> None:
+        """Run the upstream work; if the client disconnects first, cancel it (the upstream call too)."""
+        work = asyncio.ensure_future(self._proxy(call, snap, send))
+        watch = asyncio.ensure_future(_wait_disconnect(receive))
+        try:
+            await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watch.cancel()
+            if not work.done():
+                work.cancel()
+                await asyncio.wait((work,))
+                raise _ClientGone
+        work.result()
+
+    async def _proxy(self, call: _Call, snap: Snapshot, send: Any) -> None:
+        """DESIGN.md fallback: closed target -> it; open -> first available chain entry; none -> primary anyway."""
+        assert call.route is not None
+        route = call.route
+        engine = self.engine
+        decision = engine.allow(route.primary.provider, route.primary.model)
+        if decision.allowed:
+            await self._attempt(call, snap, send, route.primary, decision, step=0)
+            return
+        if route.chain is not None:
+            for step, entry in enumerate(route.chain.entries, start=1):
+                entry_decision = engine.allow(entry.provider, entry.model)
+                if entry_decision.allowed:
+                    await self._attempt(call, snap, send, entry, entry_decision, step=step)
+                    return
+        # Every entry unavailable (or no chain): try the original target anyway ("optimistic primary").
+        await self._attempt(call, snap, send, route.primary, None, step=0)
+
+    async def _attempt(
+        self, call: _Call, snap: Snapshot, send: Any, target: Target, decision: Decision | None, *, step: int
+    ) -> None:
+        assert call.route is not None
+        call.served, call.chain_step = target, step
+        call.fallback = step > 0
+        headers = self._attribution(call, target)
+        provider = snap.providers.get(target.provider)
+        if provider is None:
+            raise _Reject(502, f"Provider `{target.provider}` is not configured.", kind="server_error", code="no_route")
+        adapter = self._adapter(provider)
+        body = call.raw
+        if target.model != call.requested_model:
+            body = orjson.dumps({**call.payload, "model": target.model})
+        attempt: dict[str, Any] = {
+            "provider": target.provider,
+            "model": target.model,
+            "status": None,
+            "error": None,
+            "duration_ms": 0.0,
+        }
+        call.attempts.append(attempt)
+        t0 = time.perf_counter()
+        try:
+            async with asyncio.timeout(self.deadline):
+                response = await adapter.chat(body, stream=call.stream)
+        except (UpstreamError, TimeoutError) as exc:
+            kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
+            message = exc.message if isinstance(exc, UpstreamError) else "The upstream exceeded the deadline."
+            attempt["error"], attempt["duration_ms"] = kind, _ms(t0)
+            self._record(decision, Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
+            status = 504 if kind == "timeout" else 502
+            call.status, call.error_kind = status, kind
+            await _respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
+            return
+        except asyncio.CancelledError:
+            attempt["error"], attempt["duration_ms"] = "cancelled", _ms(t0)
+            self._record(decision, Outcome.cancelled())
+            raise
+        attempt["status"] = response.status
+        if response.stream is None:
+            attempt["duration_ms"] = _ms(t0)
+            self._record(decision, Outcome.of_status(response.status))
+            call.status = response.status
+            call.ttfb = (time.perf_counter() - call.started) * 1000
+            if response.status == 200:
+                self._usage_from_body(call, response.body)
+            else:
+                call.error_kind = "upstream_status"
+            await _respond(send, response.status, response.body, headers=response.headers, extra=headers)
+            return
+        await self._relay_stream(call, send, response, decision, headers, attempt, t0)
+
+    async def _relay_stream(
+        self,
+        call: _Call,
+        send: Any,
+        response: UpstreamResponse,
+        decision: Decision | None,
+        headers: list[tuple[bytes, bytes]],
+        attempt: dict[str, Any],
+        t0: float,
+    ) -> None:
+        """Pass SSE chunks through as they arrive; committed after the first one."""
+        assert response.stream is not None
+        call.status = 200
+        started = False
+        tail = b""
+        try:
+            async for chunk in response.stream:
+                if not chunk:
+                    continue
+                if not started:
+                    await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
+                    call.ttfb = (time.perf_counter() - call.started) * 1000
+                    started = True
+                if b'"usage"' in chunk:
+                    self._usage_from_sse(call, tail + chunk)
+                tail = (tail + chunk)[-64:]
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except UpstreamError as exc:
+            attempt["error"], attempt["duration_ms"] = exc.kind, _ms(t0)
+            self._record(decision, Outcome.timeout() if exc.kind == "timeout" else Outcome.connection_error())
+            call.error_kind = "stream_interrupted"
+            if not started:
+                await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
+            # End with an error event and never [DONE], so a truncated answer never looks complete.
+            await send(
+                {
+                    "type": "http.response.body",
+                    "more_body": False,
+                    "body": sse_error(f"The upstream stream was interrupted: {exc.message}", code="stream_interrupted"),
+                }
+            )
+            return
+        except asyncio.CancelledError:
+            attempt["error"], attempt["duration_ms"] = "cancelled", _ms(t0)
+            self._record(decision, Outcome.cancelled())
+            raise
+        attempt["duration_ms"] = _ms(t0)
+        self._record(decision, Outcome.of_status(200))
+        if not started:
+            await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
+        # An upstream that ended cleanly without [DONE] is finished cleanly for the client.
+        closing = b"" if _DONE in tail else b"data: [DONE]\n\n"
+        await send({"type": "http.response.body", "body": closing, "more_body": False})
+
+    # -- helpers ---------------------------------------------------------------------
+    def _attribution(self, call: _Call, target: Target) -> list[tuple[bytes, bytes]]:
+        assert call.route is not None
+        headers = [(b"x-vidai-model", target.model.encode()), (b"x-vidai-request-id", call.request_id.encode())]
+        if call.requested_model != target.model:
+            headers.append((b"x-vidai-requested-model", call.requested_model.encode()))
+        if call.fallback:
+            headers.append((b"x-vidai-fallback", b"true"))
+            headers.append((b"x-vidai-fallback-from", call.route.primary.provider.encode()))
+        return headers
+
+    def _record(self, decision: Decision | None, outcome: Outcome) -> None:
+        if decision is not None:
+            self.engine.record(decision, outcome)
+
+    def _adapter(self, provider: ProviderInfo) -> Adapter:
+        cached = self._adapters.get(provider.name)
+        if cached is not None and cached[0] == provider:
+            return cached[1]
+        key = (provider.base_url, provider.connect_timeout, provider.read_timeout)
+        client = self._clients.get(key)
+        if client is None:
+            client = httpx.AsyncClient(
+                timeout=httpx.Timeout(
+                    provider.read_timeout, connect=provider.connect_timeout, pool=provider.connect_timeout
+                ),
+                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=30),
+                follow_redirects=False,
+            )
+            self._clients[key] = client
+        adapter_cls = ADAPTERS.get(provider.protocol, OpenAIAdapter)
+        adapter = adapter_cls(provider, client)
+        self._adapters[provider.name] = (provider, adapter)
+        return adapter
+
+    def _usage_from_body(self, call: _Call, body: bytes) -> None:
+        try:
+            usage = orjson.loads(body).get("usage") or {}
+        except (orjson.JSONDecodeError, AttributeError):
+            return
+        call.tokens_in = usage.get("prompt_tokens")
+        call.tokens_out = usage.get("completion_tokens")
+
+    def _usage_from_sse(self, call: _Call, data: bytes) -> None:
+        for line in data.split(b"\n"):
+            if line.startswith(b"data: {") and b'"usage"' in line:
+                try:
+                    usage = orjson.loads(line[6:]).get("usage") or {}
+                except orjson.JSONDecodeError:
+                    continue
+                call.tokens_in = usage.get("prompt_tokens", call.tokens_in)
+                call.tokens_out = usage.get("completion_tokens", call.tokens_out)
+
+    def _log(self, call: _Call) -> None:
+        if self.sink is None:
+            return
+        route, key, served = call.route, call.key, call.served
+        cost = None
+        snap = self.config.current
+        if served is not None and snap is not None:
+            model = snap.models.get(served.model)
+            cost = model.cost(call.tokens_in, call.tokens_out) if model else None
+        self.sink.add(
+            {
+                "request_id": call.request_id,
+                "created_at": call.created_at,
+                "key_id": key.id if key else None,
+                "user_id": key.user_id if key else None,
+                "team_id": key.team_id if key else None,
+                "application_id": key.application_id if key else None,
+                "agent_id": key.agent_id if key else None,
+                "requested_model": call.requested_model[:128],
+                "routed_model": route.routed_model if route else "",
+                "served_provider": served.provider if served else "",
+                "served_model": served.model if served else "",
+                "chain_step": call.chain_step,
+                "chain_id": route.chain.id if route and route.chain and call.fallback else None,
+                "fallback_triggered": call.fallback,
+                "fallback_from_provider": route.primary.provider if route and call.fallback else "",
+                "fallback_original_model": route.primary.model if route and call.fallback else "",
+                "status": call.status or 500,
+                "stream": call.stream,
+                "latency_ms": round((time.perf_counter() - call.started) * 1000, 3),
+                "ttfb_ms": round(call.ttfb, 3) if call.ttfb is not None else None,
+                "tokens_in": call.tokens_in,
+                "tokens_out": call.tokens_out,
+                "cost_usd": cost,
+                "error_kind": call.error_kind,
+                "attempts": call.attempts,
+            }
+        )
+
+
+def _too_large(limit: int) -> str:
+    return f"The request body is larger than the gateway's limit of {limit // (1024 * 1024)} MiB."
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000, 3)
+
+
+async def _wait_disconnect(receive: Any) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _respond(
+    send: Any,
+    status: int,
+    body: bytes,
+    *,
+    headers: list[tuple[bytes, bytes]] | None = None,
+    extra: list[tuple[bytes, bytes]] | None = None,
+) -> None:
+    base = headers if headers else _JSON_HEADERS
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [*base, *(extra or ()), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def create_app() -> GatewayApp:
+    """The production gateway for the current settings (uvicorn factory)."""
+    import django
+
+    django.setup()
+    from django.conf import settings
+
+    return GatewayApp(
+        config=ConfigHolder(redis_url=settings.REDIS_URL),
+        sink=LogSink(redis_url=settings.REDIS_URL),
+        max_body=getattr(settings, "GATEWAY_MAX_BODY_BYTES", DEFAULT_MAX_BODY),
+        deadline_seconds=getattr(settings, "GATEWAY_DEADLINE_SECONDS", 300.0),
+    )

@@ -1,0 +1,150 @@
+"""Keeps the current Snapshot and swaps in a new one after every configuration change.
+
+Embedded mode: an in-process listener on the config bus. Production: a Redis
+pub/sub subscriber plus a slow poll of the version key (in case a message was
+missed while Redis was away). Rebuilding reads the database in a worker thread;
+if the database is down the old snapshot keeps serving and the rebuild is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from django.conf import settings
+from django.db import connections
+
+from controlplane.configbus import CHANNEL, VERSION_KEY, config_subscribe, config_unsubscribe
+from gateway.snapshot import Snapshot, snapshot_build
+
+log = logging.getLogger(__name__)
+
+
+class ConfigHolder:
+    """Holds the live snapshot. `current` is a plain attribute read: no lock on the request path."""
+
+    def __init__(self, *, redis_url: str = "", poll_seconds: float = 5.0, retry_seconds: float = 2.0) -> None:
+        self.current: Snapshot | None = None
+        self.last_error: str = ""
+        self._redis_url = redis_url
+        self._poll_seconds = poll_seconds
+        self._retry_seconds = retry_seconds
+        self._wanted = 0  # highest version announced
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- lifecycle -----------------------------------------------------------------
+    def start(self) -> None:
+        """Load the first snapshot (blocking, so /readyz is honest) and start listening."""
+        self._wanted = self._remote_version()
+        self.reload()
+        if self._redis_url:
+            self._spawn(self._listen_redis, "config-pubsub")
+        else:
+            config_subscribe(self.announce)
+        self._spawn(self._rebuild_loop, "config-rebuild")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        config_unsubscribe(self.announce)
+        for thread in self._threads:
+            thread.join(timeout=2)
+
+    def _spawn(self, target: object, name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
+        thread.start()
+        self._threads.append(thread)
+
+    # -- rebuilding ----------------------------------------------------------------
+    def announce(self, version: int) -> None:
+        """A change happened (version may be 0 when unknown): rebuild soon."""
+        self._wanted = max(self._wanted, version) if version else self._wanted + 1
+        self._wake.set()
+
+    def reload(self) -> bool:
+        """Rebuild now from the database; keep the old snapshot on failure."""
+        target = self._wanted
+        try:
+            snapshot = snapshot_build(version=target)
+        except Exception as exc:  # noqa: BLE001 - any database failure: keep serving the old snapshot
+            message = f"{type(exc).__name__}: {exc}".strip()
+            if message != self.last_error:
+                log.warning(
+                    "config snapshot rebuild failed, serving version %s: %s",
+                    self.current.version if self.current else None,
+                    message,
+                )
+            self.last_error = message
+            return False
+        finally:
+            # Rebuilds are rare: do not hold a database connection between them.
+            connections.close_all()
+        self.current = snapshot  # atomic reference swap
+        self.last_error = ""
+        return True
+
+    def _rebuild_loop(self) -> None:
+        while not self._stop.is_set():
+            woke = self._wake.wait(timeout=self._poll_seconds)
+            if self._stop.is_set():
+                return
+            self._wake.clear()
+            if not woke:
+                remote = self._remote_version()
+                if remote > (self.current.version if self.current else -1):
+                    self._wanted = max(self._wanted, remote)
+                elif not self.last_error:
+                    continue
+            if not self.reload():
+                self._stop.wait(self._retry_seconds)
+                self._wake.set()
+
+    # -- Redis ---------------------------------------------------------------------
+    def _remote_version(self) -> int:
+        if not self._redis_url:
+            return self._wanted
+        try:
+            import redis
+
+            value = redis.Redis.from_url(self._redis_url, socket_timeout=1, socket_connect_timeout=1).get(VERSION_KEY)
+            return int(value or 0)
+        except Exception:  # noqa: BLE001 - Redis away: the poll tries again
+            return self._wanted
+
+    def _listen_redis(self) -> None:
+        import redis
+
+        while not self._stop.is_set():
+            try:
+                client = redis.Redis.from_url(self._redis_url, socket_connect_timeout=2, health_check_interval=10)
+                pubsub = client.pubsub(ignore_subscribe_messages=True)
+                pubsub.subscribe(CHANNEL)
+                # A change may have been published while we were not subscribed.
+                self.announce(self._remote_version())
+                while not self._stop.is_set():
+                    message = pubsub.get_message(timeout=1.0)
+                    if message and message.get("type") == "message":
+                        try:
+                            self.announce(int(message["data"]))
+                        except (TypeError, ValueError):
+                            self.announce(0)
+            except Exception as exc:  # noqa: BLE001 - reconnect after any Redis failure
+                log.warning("config subscriber lost Redis (%s); retrying", type(exc).__name__)
+                self._stop.wait(self._retry_seconds)
+
+
+def holder_for_settings() -> ConfigHolder:
+    return ConfigHolder(redis_url=settings.REDIS_URL)
+
+
+def wait_for_version(holder: ConfigHolder, version: int, timeout: float) -> bool:
+    """Test and tooling helper: wait until the holder serves `version` or newer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if holder.current is not None and holder.current.version >= version:
+            return True
+        time.sleep(0.01)
+    return False

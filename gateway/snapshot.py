@@ -1,0 +1,245 @@
+"""The gateway's immutable view of the configuration.
+
+Built from the database off the request path (at start and after every config
+change), then swapped atomically. Route resolution reads only this object.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+ScopeKey = tuple[str, int | None]
+GLOBAL: ScopeKey = ("global", None)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    provider: str
+    model: str
+
+
+@dataclass(frozen=True, slots=True)
+class KeyInfo:
+    id: int
+    prefix: str
+    user_id: int
+    team_id: int | None
+    application_id: int | None
+    agent_id: int | None
+    # Most specific first: key > agent > user > team > application > global.
+    scopes: tuple[ScopeKey, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderInfo:
+    name: str
+    protocol: str
+    base_url: str
+    api_key: str
+    connect_timeout: float
+    read_timeout: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelInfo:
+    name: str
+    provider: str
+    capabilities: frozenset[str]
+    input_price_per_mtok: float
+    output_price_per_mtok: float
+
+    def cost(self, tokens_in: int | None, tokens_out: int | None) -> float | None:
+        if tokens_in is None and tokens_out is None:
+            return None
+        return ((tokens_in or 0) * self.input_price_per_mtok + (tokens_out or 0) * self.output_price_per_mtok) / 1e6
+
+
+@dataclass(frozen=True, slots=True)
+class ChainInfo:
+    id: int
+    name: str
+    source_model: str
+    entries: tuple[Target, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class GuardrailInfo:
+    id: int
+    name: str
+    action: str  # "deny" | "rewrite"
+    target_model: str | None
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where one (key, requested model) goes before breakers are consulted."""
+
+    requested_model: str
+    routed_model: str
+    primary: Target
+    chain: ChainInfo | None
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """The pipeline refuses the request before any upstream call."""
+
+    status: int
+    message: str
+    code: str
+    kind: str = "invalid_request_error"
+
+
+def principal_scopes(
+    *, key_id: int, user_id: int, team_id: int | None, application_id: int | None, agent_id: int | None
+) -> tuple[ScopeKey, ...]:
+    ordered: list[tuple[str, int | None]] = [
+        ("key", key_id),
+        ("agent", agent_id),
+        ("user", user_id),
+        ("team", team_id),
+        ("application", application_id),
+    ]
+    return (*((t, i) for t, i in ordered if i is not None), GLOBAL)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int
+    keys: Mapping[str, KeyInfo] = field(default_factory=dict)  # by SHA-256 of the secret
+    providers: Mapping[str, ProviderInfo] = field(default_factory=dict)
+    models: Mapping[str, ModelInfo] = field(default_factory=dict)
+    aliases: Mapping[str, str] = field(default_factory=dict)
+    rules: Mapping[tuple[str, str, int | None], str] = field(default_factory=dict)
+    # (model or None for every model, scope type, scope id) -> guardrail
+    guardrails: Mapping[tuple[str | None, str, int | None], GuardrailInfo] = field(default_factory=dict)
+    chains: Mapping[tuple[str, str, int | None], ChainInfo] = field(default_factory=dict)
+    built_at: float = field(default_factory=time.time)
+    # Memo of resolve(); the snapshot is immutable, so entries never go stale.
+    _routes: dict[tuple[int, str], Route | Refusal] = field(default_factory=dict, compare=False, repr=False)
+
+    def resolve(self, key: KeyInfo, requested: str) -> Route | Refusal:
+        """guardrails -> routing rule -> alias -> chain lookup, for this key's scopes. O(scopes) dict reads."""
+        memo = (key.id, requested)
+        found = self._routes.get(memo)
+        if found is None:
+            found = self._resolve(key, requested)
+            if len(self._routes) < 100_000:  # bound the memo against clients inventing model names
+                self._routes[memo] = found
+        return found
+
+    def _resolve(self, key: KeyInfo, requested: str) -> Route | Refusal:
+        model = requested
+        for scope_type, scope_id in key.scopes:
+            guard = self.guardrails.get((model, scope_type, scope_id)) or self.guardrails.get(
+                (None, scope_type, scope_id)
+            )
+            if guard is not None:
+                if guard.action == "deny":
+                    return Refusal(
+                        403,
+                        f"Refused by guardrail “{guard.name}”: {guard.message}",
+                        "guardrail_refused",
+                        "permission_error",
+                    )
+                model = guard.target_model or model
+                break
+        model = self._rule(key, model)
+        aliased = self.aliases.get(model)
+        if aliased is not None:
+            # A rule may target the alias's model too: apply rules once more after expanding it.
+            model = self._rule(key, aliased)
+        info = self.models.get(model)
+        if info is None:
+            return Refusal(
+                404, f"The model `{requested}` does not exist or you do not have access to it.", "model_not_found"
+            )
+        chain = None
+        for scope_type, scope_id in key.scopes:
+            chain = self.chains.get((model, scope_type, scope_id))
+            if chain is not None:
+                break
+        return Route(requested_model=requested, routed_model=model, primary=Target(info.provider, model), chain=chain)
+
+    def _rule(self, key: KeyInfo, model: str) -> str:
+        for scope_type, scope_id in key.scopes:
+            target = self.rules.get((model, scope_type, scope_id))
+            if target is not None:
+                return target
+        return model
+
+    def models_for(self, key: KeyInfo) -> list[str]:
+        """Names this key may ask for: catalog models and aliases not refused by a guardrail."""
+        names = sorted({*self.models, *self.aliases})
+        return [n for n in names if not isinstance(self.resolve(key, n), Refusal)]
+
+
+def snapshot_build(*, version: int) -> Snapshot:
+    """Read the whole configuration (a handful of queries) into a new Snapshot."""
+    from catalog.models import ApiKey, LlmModel, Provider
+    from chains.models import FallbackChain
+    from routing.models import Alias, Guardrail, RoutingRule
+
+    providers = {
+        p.name: ProviderInfo(p.name, p.protocol, p.base_url.rstrip("/"), p.api_key, p.connect_timeout, p.read_timeout)
+        for p in Provider.objects.all()
+    }
+    models = {
+        m.name: ModelInfo(
+            m.name,
+            m.provider.name,
+            frozenset(m.capabilities or ()),
+            float(m.input_price_per_mtok),
+            float(m.output_price_per_mtok),
+        )
+        for m in LlmModel.objects.select_related("provider")
+    }
+    keys = {
+        k.hashed_secret: KeyInfo(
+            k.pk,
+            k.prefix,
+            k.user_id,
+            k.team_id,
+            k.application_id,
+            k.agent_id,
+            principal_scopes(
+                key_id=k.pk, user_id=k.user_id, team_id=k.team_id, application_id=k.application_id, agent_id=k.agent_id
+            ),
+        )
+        for k in ApiKey.objects.filter(revoked_at=None)
+    }
+    aliases = {a.name: a.model.name for a in Alias.objects.select_related("model")}
+    rules = {
+        (r.source_model.name, r.scope_type, r.scope_id): r.target_model.name
+        for r in RoutingRule.objects.filter(enabled=True).select_related("source_model", "target_model")
+    }
+    guardrails: dict[tuple[str | None, str, int | None], GuardrailInfo] = {}
+    for g in Guardrail.objects.filter(enabled=True).select_related("model", "target_model").order_by("id"):
+        guardrails.setdefault(
+            (g.model.name if g.model_id else None, g.scope_type, g.scope_id),
+            GuardrailInfo(g.pk, g.name, g.action, g.target_model.name if g.target_model_id else None, g.message),
+        )
+    chains = {}
+    for c in (
+        FallbackChain.objects.filter(enabled=True)
+        .select_related("source_model")
+        .prefetch_related("entries__model__provider", "entries__provider")
+    ):
+        entries = tuple(Target((e.provider or e.model.provider).name, e.model.name) for e in c.entries.all())
+        chains[(c.source_model.name, c.scope_type, c.scope_id)] = ChainInfo(c.pk, c.name, c.source_model.name, entries)
+    ro: Any = MappingProxyType
+    return Snapshot(
+        version=version,
+        keys=ro(keys),
+        providers=ro(providers),
+        models=ro(models),
+        aliases=ro(aliases),
+        rules=ro(rules),
+        guardrails=ro(guardrails),
+        chains=ro(chains),
+    )

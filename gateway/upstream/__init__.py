@@ -1,0 +1,1 @@
+"""Upstream adapters: one module per protocol behind a small base class."""

@@ -1,0 +1,50 @@
+"""The adapter contract and the one error type adapters raise."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import httpx
+
+from gateway.snapshot import ProviderInfo
+
+
+class UpstreamError(Exception):
+    """A call that produced no usable response. `kind` is timeout | connection_error."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+FALLBACK_ELIGIBLE_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass
+class UpstreamResponse:
+    status: int
+    headers: list[tuple[bytes, bytes]]
+    body: bytes = b""
+    # Set for streaming responses with status 200: the raw byte chunks as they arrive.
+    stream: AsyncIterator[bytes] | None = None
+
+    @property
+    def fallback_eligible(self) -> bool:
+        return self.status in FALLBACK_ELIGIBLE_STATUS
+
+
+class Adapter(ABC):
+    """Calls one provider. One httpx client (one connection pool) per provider."""
+
+    protocol = ""
+
+    def __init__(self, provider: ProviderInfo, client: httpx.AsyncClient) -> None:
+        self.provider = provider
+        self.client = client
+
+    @abstractmethod
+    async def chat(self, body: bytes, *, stream: bool) -> UpstreamResponse:
+        """Send an OpenAI-shaped chat request; answer in OpenAI shape. Raises UpstreamError."""

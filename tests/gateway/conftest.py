@@ -1,0 +1,103 @@
+"""A catalog pointing at a live simulator, and a live gateway with a hand-driven clock."""
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from catalog.models import LlmModel, Provider
+from chains.services import ChainInput, EntryInput, chain_create
+from gateway.app import GatewayApp
+from gateway.config import ConfigHolder
+from gateway.logsink import LogSink
+from gateway.simulator import Simulator
+from health.breaker.factory import build_engine
+from health.breaker.types import BreakerSettings, ConfigSet, ManualClock
+from tests.factories import UserFactory
+from tests.factories.keys import make_key
+from tests.servers import serve
+
+# Small thresholds so a test opens a circuit in a few calls.
+TEST_BREAKER = BreakerSettings(
+    failure_threshold=3, minimum_requests=3, window_seconds=60, initial_cooldown_seconds=30, cooldown_cap_seconds=300
+)
+
+
+@dataclass
+class World:
+    sim: Simulator
+    sim_url: str
+    secret: str
+    key: Any
+    user: Any
+
+
+@dataclass
+class Gateway:
+    url: str
+    app: GatewayApp
+    clock: ManualClock
+    sink: LogSink
+
+    def headers(self, secret: str) -> dict[str, str]:
+        return {"authorization": f"Bearer {secret}"}
+
+
+@pytest.fixture
+def sim():
+    app = Simulator()
+    with serve(app) as url:
+        yield app, url
+
+
+def make_provider(name: str, url: str, path: str | None = None, **extra: Any) -> Provider:
+    return Provider.objects.create(
+        name=name,
+        protocol="openai",
+        base_url=f"{url}/{path or name}/v1",
+        api_key=f"sk-{name}",
+        connect_timeout=2,
+        read_timeout=5,
+        **extra,
+    )
+
+
+def make_model(name: str, provider: Provider, price: str = "1.00") -> LlmModel:
+    return LlmModel.objects.create(
+        name=name,
+        provider=provider,
+        capabilities=["text"],
+        input_price_per_mtok=Decimal(price),
+        output_price_per_mtok=Decimal(price),
+    )
+
+
+@pytest.fixture
+def world(transactional_db, sim) -> World:
+    app, url = sim
+    openai = make_provider("openai", url)
+    backup = make_provider("backup", url)
+    third = make_provider("third", url)
+    make_model("gpt-4o", openai, "2.50")
+    make_model("claude", backup, "3.00")
+    make_model("mistral", third, "2.00")
+    chain_create(
+        actor=None,
+        data=ChainInput(
+            name="gpt-4o chain", source_model="gpt-4o", entries=[EntryInput("claude"), EntryInput("mistral")]
+        ),
+    )
+    user = UserFactory()
+    created = make_key(user=user)
+    return World(sim=app, sim_url=url, secret=created.secret, key=created.key, user=user)
+
+
+@pytest.fixture
+def gateway(world):
+    clock = ManualClock()
+    engine = build_engine(clock=clock, config=ConfigSet(default=TEST_BREAKER))
+    sink = LogSink(flush_seconds=0.05)
+    app = GatewayApp(config=ConfigHolder(), engine=engine, sink=sink, max_body=64 * 1024)
+    with serve(app, lifespan=True) as url:
+        yield Gateway(url=url, app=app, clock=clock, sink=sink)

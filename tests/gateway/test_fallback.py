@@ -1,0 +1,162 @@
+"""The gateway over real sockets against the simulator: breakers, fallback, attribution headers."""
+
+import httpx
+import pytest
+
+from chains.models import FallbackChain
+from chains.services import chain_set_enabled
+from health.breaker.types import Outcome, State
+
+BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def post(gateway, world, body=BODY, **kwargs):
+    return httpx.post(
+        f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(world.secret), timeout=10, **kwargs
+    )
+
+
+def vidai(response) -> dict[str, str]:
+    return {k: v for k, v in response.headers.items() if k.startswith("x-vidai-") and k != "x-vidai-request-id"}
+
+
+def open_circuit(gateway, world, provider="openai", model="gpt-4o", *, via_engine=False):
+    if via_engine:
+        engine = gateway.app.engine
+        for _ in range(3):
+            engine.record(engine.allow(provider, model), Outcome.of_status(503))
+    else:
+        world.sim.behaviours[provider] = world.sim.behaviour(provider).updated({"mode": "status", "status": 503})
+        for _ in range(3):
+            assert post(gateway, world, {**BODY, "model": model}).status_code == 503
+    assert gateway.app.engine.get(provider, model).state is State.OPEN
+
+
+def test_closed_target_serves_primary_without_fallback_headers(gateway, world):
+    response = post(gateway, world)
+
+    assert response.status_code == 200
+    assert response.json()["model"] == "gpt-4o"
+    assert vidai(response) == {"x-vidai-model": "gpt-4o"}
+    assert world.sim.requests["openai"] == 1
+
+
+def test_closed_target_failure_goes_back_to_client_and_is_counted(gateway, world):
+    world.sim.behaviours["openai"] = world.sim.behaviour("openai").updated({"mode": "status", "status": 503})
+
+    response = post(gateway, world)
+
+    assert response.status_code == 503
+    assert response.json()["error"]["message"] == "Simulated 503 from openai"
+    assert world.sim.requests == {"openai": 1}
+    circuit = gateway.app.engine.get("openai", "gpt-4o")
+    assert (circuit.failure_count, circuit.total_requests, circuit.last_failure_status) == (1, 1, 503)
+
+
+def test_open_circuit_serves_first_healthy_entry_with_four_headers(gateway, world):
+    open_circuit(gateway, world)
+
+    responses = [post(gateway, world) for _ in range(5)]
+
+    assert [r.status_code for r in responses] == [200] * 5
+    assert vidai(responses[0]) == {
+        "x-vidai-model": "claude",
+        "x-vidai-requested-model": "gpt-4o",
+        "x-vidai-fallback": "true",
+        "x-vidai-fallback-from": "openai",
+    }
+    assert responses[0].json()["model"] == "claude"
+    # While open, nothing more reached the failing upstream.
+    assert world.sim.requests == {"openai": 3, "backup": 5}
+
+
+def test_open_circuit_skips_entries_whose_circuit_is_open(gateway, world):
+    open_circuit(gateway, world)
+    open_circuit(gateway, world, provider="backup", model="claude", via_engine=True)
+
+    response = post(gateway, world)
+
+    assert vidai(response)["x-vidai-model"] == "mistral"
+    assert world.sim.requests["backup"] == 0
+
+
+def test_half_open_lets_exactly_one_probe_through(gateway, world):
+    open_circuit(gateway, world)
+    gateway.clock.advance(31)
+
+    probe = post(gateway, world)
+    after = [post(gateway, world) for _ in range(3)]
+
+    # The probe went to the (still failing) primary and its failure reached the client.
+    assert probe.status_code == 503
+    assert [vidai(r)["x-vidai-model"] for r in after] == ["claude"] * 3
+    assert world.sim.requests["openai"] == 4
+    circuit = gateway.app.engine.get("openai", "gpt-4o")
+    assert (circuit.state, circuit.consecutive_opens) == (State.OPEN, 2)
+
+
+def test_successful_probe_closes_the_circuit(gateway, world):
+    open_circuit(gateway, world)
+    world.sim.behaviours.pop("openai")
+    gateway.clock.advance(31)
+
+    probe = post(gateway, world)
+    next_one = post(gateway, world)
+
+    assert vidai(probe) == {"x-vidai-model": "gpt-4o"}
+    assert vidai(next_one) == {"x-vidai-model": "gpt-4o"}
+    assert gateway.app.engine.get("openai", "gpt-4o").state is State.CLOSED
+
+
+def test_optimistic_primary_when_every_entry_is_open(gateway, world):
+    open_circuit(gateway, world, via_engine=True)
+    open_circuit(gateway, world, provider="backup", model="claude", via_engine=True)
+    open_circuit(gateway, world, provider="third", model="mistral", via_engine=True)
+
+    response = post(gateway, world)
+
+    assert response.status_code == 200
+    assert vidai(response) == {"x-vidai-model": "gpt-4o"}
+    assert world.sim.requests == {"openai": 1}
+
+
+def test_disabled_chain_is_ignored(gateway, world):
+    chain = FallbackChain.objects.get()
+    chain_set_enabled(actor=None, chain_id=chain.pk, enabled=False)
+    assert gateway.app.config.current is not None
+    gateway.app.config.reload()
+    open_circuit(gateway, world, via_engine=True)
+
+    response = post(gateway, world)
+
+    assert vidai(response) == {"x-vidai-model": "gpt-4o"}
+    assert world.sim.requests == {"openai": 1}
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "status", "code"), [("hang", 504, "timeout"), ("close", 502, "connection_error")]
+)
+def test_upstream_timeout_and_drop_are_openai_errors_and_count(gateway, world, behaviour, status, code):
+    from catalog.models import Provider
+
+    Provider.objects.filter(name="openai").update(base_url=f"{world.sim_url}/{behaviour}/v1", read_timeout=0.3)
+    gateway.app.config.reload()
+
+    response = post(gateway, world)
+
+    assert response.status_code == status
+    assert response.json()["error"]["code"] == code
+    circuit = gateway.app.engine.get("openai", "gpt-4o")
+    assert (circuit.failure_count, circuit.last_failure_status) == (1, code)
+
+
+def test_unreachable_upstream_is_502(gateway, world):
+    from catalog.models import Provider
+
+    Provider.objects.filter(name="openai").update(base_url="http://127.0.0.1:9/v1")
+    gateway.app.config.reload()
+
+    response = post(gateway, world)
+
+    assert response.status_code == 502
+    assert response.json()["error"]["code"] == "connection_error"
