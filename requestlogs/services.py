@@ -42,7 +42,7 @@ def _copy_postgres(rows: list[RequestLog]) -> int:
         cols = ", ".join(columns)
         # Same column types, no constraints; dropped at commit.
         cursor.execute(
-            f"CREATE TEMP TABLE requestlog_incoming ON COMMIT DROP AS SELECT {cols} FROM requestlogs_requestlog "
+            f"CREATE TEMP TABLE requestlog_incoming ON COMMIT DROP AS SELECT {cols} FROM requestlogs_requestlog "  # noqa: S608 - model column names
             "WITH NO DATA"
         )
         raw = cursor.cursor  # the psycopg cursor, for COPY
@@ -56,7 +56,7 @@ def _copy_postgres(rows: list[RequestLog]) -> int:
                     values.append(value)
                 copy.write_row(values)
         cursor.execute(
-            f"INSERT INTO requestlogs_requestlog ({cols}) SELECT {cols} FROM requestlog_incoming "
+            f"INSERT INTO requestlogs_requestlog ({cols}) SELECT {cols} FROM requestlog_incoming "  # noqa: S608 - model column names
             "ON CONFLICT (request_id) DO NOTHING"
         )
         return cursor.rowcount
