@@ -5,6 +5,7 @@ the `{"detail", "errors"}` shape of the exception handler), paging, and one URL 
 """
 
 from collections.abc import Callable
+from decimal import Decimal
 from typing import Any
 
 from django.shortcuts import get_object_or_404
@@ -298,8 +299,8 @@ class LlmModelCreateApi(APIView):
         capabilities = serializers.ListField(
             child=serializers.CharField(), default=list, help_text="Subset of: " + ", ".join(Capability.values)
         )
-        input_price_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=4, default=0)
-        output_price_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=4, default=0)
+        input_price_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=4, default=Decimal(0))
+        output_price_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=4, default=Decimal(0))
         context_window = serializers.IntegerField(default=8192)
 
         class Meta:

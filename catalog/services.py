@@ -277,7 +277,7 @@ def _llm_model_validate(data: LlmModelInput, *, exclude_pk: int | None) -> dict[
             f"Unknown capabilities {', '.join(unknown)}; allowed: {', '.join(Capability.values)}."
         )
     for field_name in ("input_price_per_mtok", "output_price_per_mtok"):
-        price = getattr(data, field_name)
+        price = Decimal(getattr(data, field_name))
         if not price.is_finite() or price < 0:
             errors.setdefault(field_name, []).append("Price cannot be negative.")
         elif price > PRICE_MAX:

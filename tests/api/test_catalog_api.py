@@ -253,6 +253,21 @@ def test_model_create(admin_client):
     assert AuditEvent.objects.get().action == "model.create"
 
 
+def test_model_create_with_only_name_and_provider_takes_defaults(admin_client):
+    ProviderFactory(name="openai")
+
+    response = post_json(admin_client, "/api/models/", {"name": "tiny", "provider": "openai"})
+
+    assert response.status_code == 201
+    body = response.json()
+    assert (
+        body["capabilities"],
+        body["input_price_per_mtok"],
+        body["output_price_per_mtok"],
+        body["context_window"],
+    ) == ([], "0.0000", "0.0000", 8192)
+
+
 @pytest.mark.parametrize(
     ("overrides", "errors"),
     [
