@@ -2,6 +2,7 @@ import hashlib
 
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditEvent
 from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
@@ -15,6 +16,7 @@ from tests.factories import (
     ProviderFactory,
     RoutingRuleFactory,
     TeamFactory,
+    UserFactory,
 )
 from tests.factories.keys import make_key
 
@@ -562,3 +564,38 @@ def test_key_patch_renames_without_touching_owner_or_secret(admin_client, admin_
     assert response.status_code == 200
     key = ApiKey.objects.get()
     assert (key.name, key.user, key.hashed_secret) == ("new", plain_user, hashed)
+
+
+# --- list query counts -----------------------------------------------------------------------
+
+
+def _key_row():
+    owner = UserFactory()
+    return make_key(user=owner, team=TeamFactory(), application=ApplicationFactory(), agent=AgentFactory()).key
+
+
+@pytest.mark.parametrize(
+    ("url", "make_row"),
+    [
+        ("/api/providers/", ProviderFactory),
+        ("/api/models/", LlmModelFactory),
+        ("/api/teams/", TeamFactory),
+        ("/api/applications/", lambda: ApplicationFactory(team=TeamFactory())),
+        ("/api/agents/", lambda: AgentFactory(application=ApplicationFactory())),
+        ("/api/keys/", _key_row),
+        ("/api/routing-rules/", RoutingRuleFactory),
+        ("/api/aliases/", AliasFactory),
+    ],
+)
+def test_catalog_list_query_count_does_not_grow_with_rows(admin_client, url, make_row):
+    make_row()
+    with CaptureQueriesContext(connection) as one_row:
+        admin_client.get(url)
+    make_row()
+    make_row()
+
+    with CaptureQueriesContext(connection) as three_rows:
+        response = admin_client.get(url)
+
+    assert response.json()["count"] == 3
+    assert len(three_rows.captured_queries) == len(one_row.captured_queries)
