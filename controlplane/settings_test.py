@@ -2,6 +2,7 @@
 
 import os
 import secrets
+import tempfile
 
 # Tests run in "production" mode when REDIS_URL is set; give them a throwaway key.
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
@@ -20,3 +21,9 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
 }
+
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    # A file (WAL) rather than shared-cache memory, so threads see the same locking as embedded mode.
+    DATABASES["default"]["TEST"] = {  # noqa: F405
+        "NAME": os.path.join(tempfile.gettempdir(), f"controlplane-test-{os.getpid()}.sqlite3")
+    }

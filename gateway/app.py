@@ -78,6 +78,7 @@ class _Call:
     tokens_out: int | None = None
     error_kind: str = ""
     attempts: list[dict[str, Any]] = field(default_factory=list)
+    logged: bool = False
 
 
 class GatewayApp:
@@ -226,6 +227,7 @@ class GatewayApp:
         except _Reject as exc:
             call.status = exc.status
             call.error_kind = exc.code or "rejected"
+            self._log(call)
             await _respond(
                 send,
                 exc.status,
@@ -360,6 +362,7 @@ class GatewayApp:
             self._record(decision, Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
             status = 504 if kind == "timeout" else 502
             call.status, call.error_kind = status, kind
+            self._log(call)
             await _respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
             return
         except asyncio.CancelledError:
@@ -376,6 +379,7 @@ class GatewayApp:
                 self._usage_from_body(call, response.body)
             else:
                 call.error_kind = "upstream_status"
+            self._log(call)
             await _respond(send, response.status, response.body, headers=response.headers, extra=headers)
             return
         await self._relay_stream(call, send, response, decision, headers, attempt, t0)
@@ -413,6 +417,7 @@ class GatewayApp:
             call.error_kind = "stream_interrupted"
             if not started:
                 await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
+            self._log(call)
             # End with an error event and never [DONE], so a truncated answer never looks complete.
             await send(
                 {
@@ -430,6 +435,7 @@ class GatewayApp:
         self._record(decision, Outcome.of_status(200))
         if not started:
             await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
+        self._log(call)
         # An upstream that ended cleanly without [DONE] is finished cleanly for the client.
         closing = b"" if _DONE in tail else b"data: [DONE]\n\n"
         await send({"type": "http.response.body", "body": closing, "more_body": False})
@@ -488,8 +494,10 @@ class GatewayApp:
                 call.tokens_out = usage.get("completion_tokens", call.tokens_out)
 
     def _log(self, call: _Call) -> None:
-        if self.sink is None:
+        """Hand the record to the sink once, before the response's last bytes go out."""
+        if self.sink is None or call.logged:
             return
+        call.logged = True
         route, key, served = call.route, call.key, call.served
         cost = None
         snap = self.config.current

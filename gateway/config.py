@@ -98,9 +98,11 @@ class ConfigHolder:
                     self._wanted = max(self._wanted, remote)
                 elif not self.last_error:
                     continue
-            if not self.reload():
-                self._stop.wait(self._retry_seconds)
-                self._wake.set()
+            delay = 0.05
+            while not self.reload() and not self._stop.is_set():
+                # Back off from 50 ms (a briefly locked table) to retry_seconds (a database outage).
+                self._stop.wait(delay)
+                delay = min(delay * 2, self._retry_seconds)
 
     # -- Redis ---------------------------------------------------------------------
     def _remote_version(self) -> int:
