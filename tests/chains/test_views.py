@@ -404,7 +404,8 @@ def test_chain_cell_shows_order_and_full_chain_on_hover(admin_client, catalog):
     html = admin_client.get(LIST_URL).content.decode()
 
     assert (
-        '<td class="truncate chain-cell" title="1. gpt-4o-mini via openai → 2. claude-haiku via bedrock (override)">'
+        '<td class="truncate chain-cell" data-label="Chain" '
+        'title="1. gpt-4o-mini via openai → 2. claude-haiku via bedrock (override)">'
         "gpt-4o-mini → claude-haiku</td>"
     ) in html
 
