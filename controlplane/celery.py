@@ -10,5 +10,9 @@ app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-# Periodic jobs (none yet: request-log ingestion and retention arrive with the gateway).
-app.conf.beat_schedule = {}
+app.conf.beat_schedule = {
+    # Every 2 s: copy gateway request logs from the Redis stream into the database.
+    "requestlogs-ingest": {"task": "requestlogs.ingest", "schedule": 2.0},
+    # Hourly: delete request logs past their retention.
+    "requestlogs-retention": {"task": "requestlogs.retention", "schedule": 3600.0},
+}

@@ -22,9 +22,16 @@ STREAM_KEY = "cp:requestlogs"
 
 class LogSink:
     def __init__(
-        self, *, redis_url: str = "", flush_seconds: float = 0.5, batch_size: int = 500, max_buffer: int = 200_000
+        self,
+        *,
+        redis_url: str = "",
+        flush_seconds: float = 0.5,
+        batch_size: int = 500,
+        max_buffer: int = 200_000,
+        stream_key: str = STREAM_KEY,
     ) -> None:
         self._redis_url = redis_url
+        self._stream_key = stream_key
         self._flush_seconds = flush_seconds
         self._batch_size = batch_size
         self._buffer: deque[dict[str, Any]] = deque(maxlen=max_buffer)
@@ -67,7 +74,11 @@ class LogSink:
             self._wake.wait(timeout=self._flush_seconds)
             self._wake.clear()
             self._drain()
-            if self._stop.is_set() and not self._buffer:
+            if self._stop.is_set() and (not self._buffer or self._failing):
+                if not self._redis_url:
+                    from django.db import connections
+
+                    connections.close_all()  # this thread's connection only
                 return
             if self._failing:
                 self._stop.wait(1.0)
@@ -118,5 +129,5 @@ class LogSink:
             client = self._redis = redis.Redis.from_url(self._redis_url, socket_timeout=2, socket_connect_timeout=2)
         pipe = client.pipeline(transaction=False)
         for record in batch:
-            pipe.xadd(STREAM_KEY, {"r": orjson.dumps(record)})
+            pipe.xadd(self._stream_key, {"r": orjson.dumps(record)})
         pipe.execute()

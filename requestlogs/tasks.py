@@ -1,0 +1,30 @@
+import logging
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from requestlogs.ingest import request_logs_ingest
+from requestlogs.models import RequestLog
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="requestlogs.ingest", ignore_result=True)
+def ingest_task() -> int:
+    """Copy batches from the gateways' Redis stream into the database."""
+    if not settings.REDIS_URL:
+        return 0  # embedded mode: the gateway writes its logs itself
+    result = request_logs_ingest(redis_url=settings.REDIS_URL)
+    if result.read:
+        log.info("request logs: read %d, inserted %d", result.read, result.inserted)
+    return result.inserted
+
+
+@shared_task(name="requestlogs.retention", ignore_result=True)
+def retention_task() -> int:
+    """Delete request logs older than REQUEST_LOG_RETENTION_DAYS."""
+    cutoff = timezone.now() - timedelta(days=settings.REQUEST_LOG_RETENTION_DAYS)
+    deleted, _ = RequestLog.objects.filter(created_at__lt=cutoff).delete()
+    return deleted

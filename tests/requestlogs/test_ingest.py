@@ -1,0 +1,120 @@
+"""Request logs reach the database exactly once, through a database outage, in both modes."""
+
+import contextlib
+import time
+import uuid
+
+import pytest
+import redis
+from django.db import connections
+
+from gateway.logsink import LogSink
+from requestlogs.ingest import request_logs_ingest
+from requestlogs.models import RequestLog
+from requestlogs.services import request_logs_insert
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def record(n: int) -> dict:
+    return {
+        "request_id": uuid.uuid4().hex,
+        "created_at": time.time(),
+        "requested_model": f"m{n}",
+        "routed_model": f"m{n}",
+        "served_provider": "p",
+        "served_model": f"m{n}",
+        "status": 200,
+        "latency_ms": 1.5,
+        "ttfb_ms": 1.0,
+        "tokens_in": 3,
+        "tokens_out": 4,
+        "cost_usd": 0.000012,
+        "attempts": [{"provider": "p", "model": f"m{n}", "status": 200, "error": None, "duration_ms": 1.0}],
+    }
+
+
+@contextlib.contextmanager
+def database_down():
+    """Point every new connection at nothing, close the open ones; restore afterwards."""
+    config = connections.settings["default"]
+    saved = dict(config)
+    if config["ENGINE"].endswith("sqlite3"):
+        config["NAME"] = "/nonexistent-dir/nowhere.sqlite3"
+    else:
+        config["PORT"] = "1"
+    connections["default"].close()
+    try:
+        yield
+    finally:
+        config.clear()
+        config.update(saved)
+        connections["default"].close()
+
+
+@pytest.fixture
+def stream(redis_url):
+    name = f"test:requestlogs:{uuid.uuid4().hex}"
+    yield name
+    redis.Redis.from_url(redis_url).delete(name)
+
+
+def test_insert_is_idempotent_on_request_id():
+    records = [record(i) for i in range(3)]
+
+    request_logs_insert(records=records)
+    request_logs_insert(records=records)
+
+    assert RequestLog.objects.count() == 3
+    row = RequestLog.objects.get(request_id=records[0]["request_id"])
+    assert (row.tokens_in, row.attempts[0]["status"], float(row.cost_usd)) == (3, 200, 0.000012)
+
+
+def test_redis_stream_is_copied_and_acknowledged(redis_url, stream):
+    sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05)
+    sink.start()
+    for i in range(5):
+        sink.add(record(i))
+    assert sink.flush(timeout=10)
+    sink.stop()
+
+    first = request_logs_ingest(redis_url=redis_url, stream=stream)
+    second = request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    assert (first.read, first.inserted, second.read) == (5, 5, 0)
+    assert RequestLog.objects.count() == 5
+    assert redis.Redis.from_url(redis_url).xlen(stream) == 0
+
+
+def test_database_outage_during_ingest_loses_nothing(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    records = [record(i) for i in range(4)]
+    import orjson
+
+    for r in records:
+        client.xadd(stream, {"r": orjson.dumps(r)})
+
+    with database_down(), pytest.raises(Exception):  # noqa: B017 - any database error
+        request_logs_ingest(redis_url=redis_url, stream=stream)
+    pending = client.xpending(stream, "ingest")["pending"]
+    recovered = request_logs_ingest(redis_url=redis_url, stream=stream, claim_idle_ms=0)
+
+    assert pending == 4
+    assert (recovered.read, recovered.inserted) == (4, 4)
+    assert sorted(RequestLog.objects.values_list("request_id", flat=True)) == sorted(r["request_id"] for r in records)
+
+
+def test_embedded_sink_keeps_records_through_a_database_outage():
+    sink = LogSink(flush_seconds=0.05)
+    sink.start()
+    try:
+        with database_down():
+            for i in range(3):
+                sink.add(record(i))
+            assert sink.flush(timeout=0.5) is False
+            assert sink.pending == 3
+        assert sink.flush(timeout=10)
+    finally:
+        sink.stop()
+
+    assert RequestLog.objects.count() == 3
