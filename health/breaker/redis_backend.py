@@ -113,6 +113,7 @@ class RedisEngine(BreakerEngine):
         config: ConfigSet | None = None,
         probe_timeout_seconds: float = DEFAULT_PROBE_TIMEOUT_SECONDS,
         socket_timeout: float = 0.05,
+        background_timeout: float = 1.0,
         resync_interval: float = 30.0,
         reconnect_interval: float = 1.0,
         config_channel: str | None = None,
@@ -131,11 +132,21 @@ class RedisEngine(BreakerEngine):
         self._resync_interval = resync_interval
         self._reconnect_interval = reconnect_interval
         no_retry = Retry(NoBackoff(), 0)
-        # Tight timeouts and no retries: a hanging Redis costs a caller at most ~socket_timeout.
-        self._client = redis.Redis.from_url(
+        # The request path (allow's probe round trip): tight timeouts, no retries, so a hanging
+        # Redis costs a caller at most ~socket_timeout.
+        self._fast = redis.Redis.from_url(
             url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=socket_timeout,
+            retry=no_retry,
+            decode_responses=True,
+        )
+        # Everything off the request path (outcome batches, resync, console reads, reset): a short
+        # hiccup must not flip the engine into degraded mode.
+        self._client = redis.Redis.from_url(
+            url,
+            socket_timeout=background_timeout,
+            socket_connect_timeout=background_timeout,
             retry=no_retry,
             decode_responses=True,
         )
@@ -226,7 +237,7 @@ class RedisEngine(BreakerEngine):
             return entry.refused
         # The cooldown may be over (by Redis TIME): only Redis can hand out the single probe slot.
         try:
-            raw = self._eval("allow", provider, model, str(self._probe_timeout_ms))
+            raw = self._eval("allow", provider, model, str(self._probe_timeout_ms), fast=True)
         except RedisError as exc:
             self._enter_degraded(exc)
             return self._local_allow(provider, model)
@@ -243,14 +254,15 @@ class RedisEngine(BreakerEngine):
     def _args(self, provider: str, model: str, *extra: str) -> list[str]:
         return [self._now_arg(), self._channel, provider, model, *extra]
 
-    def _eval(self, script: str, provider: str, model: str, *extra: str) -> list[str]:
+    def _eval(self, script: str, provider: str, model: str, *extra: str, fast: bool = False) -> list[str]:
+        client = self._fast if fast else self._client
         keys = self._keys(provider, model)
         args = self._args(provider, model, *extra)
         try:
-            return self._client.evalsha(self._shas[script], len(keys), *keys, *args)  # type: ignore[return-value]
+            return client.evalsha(self._shas[script], len(keys), *keys, *args)  # type: ignore[return-value]
         except (NoScriptError, KeyError):
             self._load_scripts()  # Redis restarted or flushed its script cache
-            return self._client.evalsha(self._shas[script], len(keys), *keys, *args)  # type: ignore[return-value]
+            return client.evalsha(self._shas[script], len(keys), *keys, *args)  # type: ignore[return-value]
 
     def _mirror_update(self, provider: str, model: str, fields: _Fields) -> None:
         key = (provider, model)
@@ -292,6 +304,16 @@ class RedisEngine(BreakerEngine):
                     mirror[key] = entry
             self._mirror = mirror
         self._registered = {(p, m) for p, m in pairs}
+
+    def refresh(self, provider: str, model: str) -> None:
+        """Reload one circuit into the mirror now (instead of waiting for its next pub/sub message)."""
+        try:
+            raw = self._eval("snapshot", provider, model, self._window_ms(provider, model))
+        except RedisError as exc:
+            self._enter_degraded(exc)
+            return
+        if raw[0] == "1":
+            self._mirror_update(provider, model, _Fields(raw[4:]))
 
     def resync(self) -> bool:
         """Reload the mirror now (and leave degraded mode if Redis answers). True on success."""
@@ -568,5 +590,6 @@ class RedisEngine(BreakerEngine):
             pass
         self._worker.join(timeout=5)
         self._subscriber.join(timeout=5)
+        self._fast.close()
         self._client.close()
         self._ps_client.close()

@@ -1,0 +1,82 @@
+"""Random outcome/time sequences through each backend must match the reference model step by step."""
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from health.breaker import BreakerSettings, ConfigSet, ManualClock, Outcome
+from tests.health.conftest import M, P
+from tests.health.reference import Reference
+
+CFG = BreakerSettings(
+    failure_threshold=2, window_seconds=10, minimum_requests=2, initial_cooldown_seconds=30, cooldown_cap_seconds=120
+)
+PROBE_TIMEOUT = 50
+# Failures first: hypothesis favours early elements, and circuits must open often to reach half-open.
+OUTCOMES = [
+    Outcome.of_status(503),
+    Outcome.timeout(),
+    Outcome.of_status(200),
+    Outcome.of_status(429),
+    Outcome.connection_error(),
+    Outcome.of_status(404),
+    Outcome.cancelled(),
+]
+SLOTS = 3
+
+outcome = st.sampled_from(OUTCOMES)
+call = st.tuples(st.just("call"), outcome)
+step = st.one_of(
+    # Calls dominate so circuits open, half-open and probe often; advances land exactly on the
+    # window (10 s), cooldown (30/60/120 s) and probe-timeout (50 s) boundaries.
+    call,
+    call,
+    call,
+    st.tuples(st.just("advance"), st.sampled_from([30, 10, 50, 0, 1, 5, 20])),
+    st.tuples(st.just("begin"), st.integers(min_value=0, max_value=SLOTS - 1)),
+    st.tuples(st.just("end"), st.tuples(st.integers(min_value=0, max_value=SLOTS - 1), outcome)),
+)
+
+
+def view(snapshot) -> tuple:
+    cooldown = snapshot.cooldown_until.timestamp() if snapshot.cooldown_until else None
+    return (
+        str(snapshot.state),
+        snapshot.failure_count,
+        snapshot.total_requests,
+        snapshot.consecutive_opens,
+        cooldown,
+        snapshot.probe_in_flight,
+    )
+
+
+@settings(
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=st.lists(step, min_size=20, max_size=60))
+def test_engine_matches_reference_model(make_engine, steps):
+    clock = ManualClock(1_700_000_000.0)
+    engine = make_engine(config=ConfigSet(default=CFG), clock=clock, probe_timeout_seconds=PROBE_TIMEOUT)
+    model = Reference(cfg=CFG, probe_timeout=PROBE_TIMEOUT)
+    held: dict[int, tuple] = {}
+
+    for kind, arg in steps:
+        if kind == "advance":
+            clock.advance(arg)
+        elif kind in ("call", "begin"):
+            decision = engine.allow(P, M)
+            expected = model.allow(clock.now())
+            assert (decision.allowed, decision.probe) == expected[:2], (kind, arg)
+            if kind == "call":
+                engine.record(decision, arg)
+                model.record(expected, arg, clock.now())
+            else:
+                held[arg] = (decision, expected)
+        elif arg[0] in held:
+            decision, expected = held.pop(arg[0])
+            engine.record(decision, arg[1])
+            model.record(expected, arg[1], clock.now())
+        assert engine.flush()
+        assert view(engine.get(P, M)) == model.view(clock.now()), (kind, arg)
