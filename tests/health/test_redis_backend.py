@@ -1,0 +1,188 @@
+"""Redis-only behaviour: mirror and pub/sub, restart, Redis down or hanging."""
+
+import logging
+import socket
+import threading
+import uuid
+
+import pytest
+
+from health.breaker import ManualClock, Outcome, State
+from health.breaker.redis_backend import RedisEngine
+from tests.health.conftest import M, P, config, delete_namespace
+
+T0 = 1_700_000_000.0
+FAIL = Outcome.of_status(503)
+
+
+@pytest.fixture
+def namespace(redis_url):
+    ns = f"test:breaker:{uuid.uuid4().hex}"
+    yield ns
+    delete_namespace(redis_url, ns)
+
+
+@pytest.fixture
+def engines():
+    made: list[RedisEngine] = []
+    yield made
+    for engine in made:
+        engine.close()
+
+
+def _engine(engines, url: str, namespace: str, clock: ManualClock, **kwargs) -> RedisEngine:
+    engine = RedisEngine(url=url, namespace=namespace, clock=clock, **kwargs)
+    engines.append(engine)
+    return engine
+
+
+def _open(engine: RedisEngine) -> None:
+    for _ in range(10):
+        engine.record(engine.allow(P, M), FAIL)
+    assert engine.flush()
+
+
+class _Listener:
+    """A TCP port that accepts connections and never answers: a hanging Redis."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.url = f"redis://127.0.0.1:{self.sock.getsockname()[1]}/0"
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _closed_port_url() -> str:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"redis://127.0.0.1:{port}/0"
+
+
+def test_restart_resumes_the_remaining_cooldown(redis_url, namespace, engines):
+    clock = ManualClock(T0)
+    first = _engine(engines, redis_url, namespace, clock)
+    _open(first)
+    opened = first.get(P, M)
+    first.close()
+    clock.advance(30)
+
+    second = _engine(engines, redis_url, namespace, clock)
+    restarted = second.get(P, M)
+    refused = second.allow(P, M)
+    clock.set(opened.cooldown_until.timestamp())
+    probe = second.allow(P, M)
+
+    assert (restarted.state, restarted.cooldown_until, restarted.consecutive_opens) == (
+        State.OPEN,
+        opened.cooldown_until,
+        1,
+    )
+    assert (refused.allowed, probe.allowed, probe.probe) == (False, True, True)
+
+
+def test_other_process_learns_transitions_through_pubsub(redis_url, namespace, engines):
+    clock = ManualClock(T0)
+    watcher = _engine(engines, redis_url, namespace, clock)
+    opener = _engine(engines, redis_url, namespace, clock)
+    assert watcher.allow(P, M).allowed is True
+    learned = threading.Event()
+
+    _open(opener)
+    # Pub/sub delivery is asynchronous (not clock-driven): wait for it, bounded.
+    for _ in range(500):
+        if watcher.allow(P, M).allowed is False:
+            learned.set()
+            break
+        learned.wait(0.01)
+
+    assert learned.is_set()
+    assert watcher.allow(P, M).state is State.OPEN
+
+
+def test_closed_circuit_is_decided_without_a_round_trip(redis_url, namespace, engines):
+    clock = ManualClock(T0)
+    engine = _engine(engines, redis_url, namespace, clock)
+    engine.record(engine.allow(P, M), Outcome.of_status(200))
+    engine.flush()
+    dead = _engine(engines, _closed_port_url(), namespace, clock)
+    real = engine._client, engine._fast
+    # Cut the network: any round trip from here on fails and would flip the engine to degraded.
+    engine._client, engine._fast = dead._client, dead._fast
+
+    decisions = [engine.allow(P, M) for _ in range(100)]
+    degraded = engine.degraded
+    engine._client, engine._fast = real
+
+    assert {(d.allowed, d.probe, d.state) for d in decisions} == {(True, False, State.CLOSED)}
+    assert degraded is False
+
+
+def test_redis_down_never_raises_and_decides_locally(engines, caplog):
+    caplog.set_level(logging.WARNING, logger="health.breaker.redis_backend")
+    clock = ManualClock(T0)
+    engine = _engine(engines, _closed_port_url(), "test:breaker:down", clock, config=config())
+
+    for _ in range(10):
+        engine.record(engine.allow(P, M), FAIL)
+    engine.flush()
+    refused = engine.allow(P, M)
+    snapshot = engine.get(P, M)
+    rows = engine.list_circuits()
+    reset = engine.reset(P, M)
+
+    assert engine.degraded is True
+    assert (refused.allowed, snapshot.state, snapshot.failure_count, snapshot.total_requests) == (
+        False,
+        State.OPEN,
+        10,
+        10,
+    )
+    assert [(r.provider, r.model, r.state) for r in rows] == [(P, M, State.OPEN)]
+    assert (reset.before.state, reset.after.state, engine.allow(P, M).allowed) == (State.OPEN, State.CLOSED, True)
+    unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]
+    assert len(unreachable) == 1
+
+
+def test_hanging_redis_never_raises_and_decides_locally(engines):
+    listener = _Listener()
+    clock = ManualClock(T0)
+    try:
+        engine = _engine(engines, listener.url, "test:breaker:hang", clock, config=config(), background_timeout=0.05)
+        for _ in range(10):
+            engine.record(engine.allow(P, M), FAIL)
+        engine.flush()
+        refused = engine.allow(P, M)
+        state = engine.get(P, M).state
+    finally:
+        listener.close()
+
+    assert (engine.degraded, refused.allowed, state) == (True, False, State.OPEN)
+
+
+def test_engine_keeps_the_mirror_when_redis_goes_away_and_resyncs_when_it_returns(redis_url, namespace, engines):
+    clock = ManualClock(T0)
+    engine = _engine(engines, redis_url, namespace, clock)
+    _open(engine)
+    real_client = engine._client
+    real_fast = engine._fast
+    broken = _engine(engines, _closed_port_url(), namespace, clock)
+    # Cut the network: the next round trip fails.
+    engine._client, engine._fast = broken._client, broken._fast
+    clock.advance(60)
+
+    during_outage = engine.allow(P, M)  # cooldown over: needs Redis for the probe; decides locally
+    engine.record(during_outage, Outcome.of_status(200))
+    engine.flush()
+    local_state = engine.get(P, M).state
+    engine._client, engine._fast = real_client, real_fast
+    back = engine.resync()
+
+    assert (during_outage.allowed, during_outage.probe, local_state) == (True, True, State.CLOSED)
+    assert (back, engine.degraded) == (True, False)
+    # Redis is the truth again: the circuit there is still open with its cooldown over (half-open).
+    assert engine.get(P, M).state is State.HALF_OPEN
