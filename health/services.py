@@ -260,8 +260,9 @@ def _state_record(snapshot: CircuitSnapshot) -> dict[str, Any]:
 def circuit_reset(*, actor: Any, provider: str, model: str) -> CircuitSnapshot:
     """Close one tracked circuit and forget its window and cooldown growth; audit the state it had.
 
-    The audit event is written first and the engine is reset on commit, so no reset can happen
-    without its event. Returns the circuit as it was when reset was asked.
+    The audit event is written first and the engine reset is the transaction's last step, so a failed
+    audit write leaves the circuit alone, and the row reads Closed as soon as the service returns.
+    Returns the circuit as it was when reset.
     """
     errors = _Errors()
     provider = (provider or "").strip() if isinstance(provider, str) else ""
@@ -288,5 +289,5 @@ def circuit_reset(*, actor: Any, provider: str, model: str) -> CircuitSnapshot:
         before=_state_record(before),
         after={"provider": provider, "model": model, "state": "closed"},
     )
-    transaction.on_commit(lambda: engine.reset(provider, model))
+    engine.reset(provider, model)
     return before
