@@ -44,9 +44,9 @@ test-pg: venv
 	DATABASE_URL=$(TEST_DATABASE_URL) REDIS_URL=$(TEST_REDIS_URL) $(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # The embedded path: SQLite and no REDIS_URL (Redis-backed contract tests still use TEST_REDIS_URL).
-# Browser and PostgreSQL-only tests ran in the first pass.
+# Browser and production-mode (PostgreSQL + Redis) tests ran in the first pass.
 test-sqlite: venv
-	DATABASE_URL= REDIS_URL= $(VENV)/bin/pytest -m "not browser and not postgres" $(PYTEST_ARGS)
+	DATABASE_URL= REDIS_URL= $(VENV)/bin/pytest -m "not browser and not production" $(PYTEST_ARGS)
 
 lint: venv
 	$(VENV)/bin/ruff check .

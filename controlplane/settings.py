@@ -195,6 +195,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
+# Prefix of the breaker's Redis keys and channels (several deployments may share one Redis).
+BREAKER_REDIS_NAMESPACE = env_str("BREAKER_REDIS_NAMESPACE", "cp:breaker")
 REQUEST_LOG_RETENTION_DAYS = env_int("REQUEST_LOG_RETENTION_DAYS", 30)
 GATEWAY_MAX_BODY_BYTES = env_int("GATEWAY_MAX_BODY_BYTES", 10 * 1024 * 1024)
 GATEWAY_DEADLINE_SECONDS = env_int("GATEWAY_DEADLINE_SECONDS", 300)

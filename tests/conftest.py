@@ -17,7 +17,8 @@ PASSWORD = "correct-horse-battery"
 def _make_user(django_user_model, username: str, role: str | None, **extra):
     user = django_user_model.objects.create_user(username=username, password=PASSWORD, **extra)
     if role:
-        user.groups.add(Group.objects.get(name=role))
+        # get_or_create: transactional tests flush the groups the migration created.
+        user.groups.add(Group.objects.get_or_create(name=role)[0])
     return user
 
 

@@ -68,7 +68,7 @@ def test_verify_audit_names_event_after_a_removed_one():
     assert str(exc.value).startswith(f"Audit chain broken at event {events[2].pk}: its prev_hash does not match")
 
 
-@pytest.mark.postgres
+@pytest.mark.production
 @pytest.mark.parametrize("sql", ["UPDATE audit_auditevent SET action = 'forged'", "DELETE FROM audit_auditevent"])
 def test_postgres_trigger_refuses_update_and_delete(sql):
     _record(1)

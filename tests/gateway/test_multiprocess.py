@@ -1,0 +1,171 @@
+"""Production mode: several gateway processes (manage.py run_gateway) sharing Redis and PostgreSQL."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+from django.db import connection
+
+from chains.models import FallbackChain
+from controlplane.configbus import config_publish
+
+pytestmark = pytest.mark.production
+
+ROOT = Path(__file__).resolve().parents[2]
+BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _until(predicate, timeout: float, what: str):
+    """Poll an outside process's observable state until `predicate()` is truthy (bounded)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def gateways(world, redis_url):
+    namespace = f"test:breaker:{uuid.uuid4().hex}"
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "REDIS_URL": redis_url,
+        "BREAKER_REDIS_NAMESPACE": namespace,
+    }
+    ports = [_free_port() for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "manage.py", "run_gateway", "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        for port in ports
+    ]
+    urls = [f"http://127.0.0.1:{port}" for port in ports]
+    try:
+        for url, proc in zip(urls, procs, strict=True):
+
+            def ready(url=url, proc=proc):
+                if proc.poll() is not None:
+                    raise AssertionError(f"gateway exited: {proc.stderr.read().decode()[-2000:]}")
+                try:
+                    return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            _until(ready, 30, f"{url} ready")
+        yield urls
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+        client = redis.Redis.from_url(redis_url)
+        keys = list(client.scan_iter(f"{namespace}*"))
+        if keys:
+            client.delete(*keys)
+
+
+def _post(url, world, body=BODY):
+    return httpx.post(
+        f"{url}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {world.secret}"}, timeout=10
+    )
+
+
+def test_three_gateways_agree_on_a_circuit(gateways, world):
+    world.sim.behaviours["openai"] = world.sim.behaviour("openai").updated({"mode": "status", "status": 503})
+
+    # Defaults: 5 failures among at least 10 requests in 60 s open the circuit; spread them over all three.
+    statuses = [_post(gateways[i % 3], world).status_code for i in range(10)]
+    for url in gateways:
+        _until(lambda url=url: _post(url, world).headers.get("x-vidai-fallback") == "true", 2, f"{url} falls back")
+    later = [_post(gateways[i % 3], world) for i in range(9)]
+
+    assert statuses == [503] * 10
+    assert {r.headers["x-vidai-model"] for r in later} == {"claude"}
+    assert world.sim.requests["openai"] == 10
+
+
+def test_chain_saved_through_the_api_reaches_every_gateway(gateways, world, admin_user):
+    from rest_framework.test import APIClient
+
+    FallbackChain.objects.all().delete()
+    config_publish()
+    api = APIClient()
+    api.force_authenticate(admin_user)
+    world.sim.behaviours["openai"] = world.sim.behaviour("openai").updated({"mode": "status", "status": 503})
+    for i in range(10):
+        _post(gateways[i % 3], world)
+
+    created = api.post(
+        "/api/chains/",
+        {
+            "name": "late",
+            "source_model": "gpt-4o",
+            "entries": [{"model": "mistral"}],
+            "scope": {"type": "global", "id": None},
+            "enabled": True,
+        },
+        format="json",
+    )
+    saved_at = time.monotonic()
+    served = [
+        _until(
+            lambda url=url: _post(url, world).headers.get("x-vidai-model") == "mistral",
+            1.0,
+            f"{url} uses the new chain",
+        )
+        for url in gateways
+    ]
+
+    assert created.status_code == 201
+    assert served == [True, True, True]
+    assert time.monotonic() - saved_at < 3  # generous bound on the whole loop; each gateway had 1 s
+
+
+def _maintenance(sql: str, params=()) -> None:
+    """Run SQL from the maintenance database (a database cannot lock itself out)."""
+    import psycopg
+
+    db = connection.settings_dict
+    with psycopg.connect(host=db["HOST"], port=db["PORT"], user=db["USER"], dbname="postgres", autocommit=True) as c:
+        c.execute(sql, params)
+
+
+def test_gateways_keep_serving_when_the_database_is_down(gateways, world):
+    name = connection.settings_dict["NAME"]
+    ours = connection.cursor().connection.info.backend_pid
+    _maintenance(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+    _maintenance(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> %s", (name, ours)
+    )
+    try:
+        config_publish()  # every gateway tries to rebuild, and fails
+        for url in gateways:
+            _until(lambda url=url: httpx.get(f"{url}/readyz").json().get("stale_error"), 5, f"{url} notices")
+        responses = [_post(url, world) for url in gateways]
+    finally:
+        _maintenance(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+
+    assert [r.status_code for r in responses] == [200, 200, 200]
+    assert [r.headers["x-vidai-model"] for r in responses] == ["gpt-4o"] * 3
