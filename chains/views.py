@@ -14,8 +14,9 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
 from catalog.enums import Capability, ScopeType
-from catalog.models import LlmModel, Provider
+from catalog.models import LlmModel
 from catalog.scopes import Scope, scope_choices, scope_label, scope_names, scope_validate
+from catalog.selectors import llm_model_list, provider_list
 from chains.forms import (
     PAGE_SIZES,
     ChainForm,
@@ -264,7 +265,7 @@ def _warnings(form: ChainForm, models: dict[str, LlmModel]) -> list[ChainWarning
 
 
 def _editor_context(request: HttpRequest, form: ChainForm, chain: FallbackChain | None) -> dict[str, Any]:
-    catalog = list(LlmModel.objects.select_related("provider").order_by("name"))
+    catalog = list(llm_model_list())
     models = {m.name: m for m in catalog}
     source_name = (form.value("source_model") or "").strip()
     scope_type = form.value("scope_type") or ScopeType.GLOBAL
@@ -280,7 +281,7 @@ def _editor_context(request: HttpRequest, form: ChainForm, chain: FallbackChain 
         "chain": chain,
         "action": request.path,
         "catalog": catalog,
-        "providers": list(Provider.objects.order_by("name").values_list("name", flat=True)),
+        "providers": list(provider_list().values_list("name", flat=True)),
         "source": models.get(source_name),
         "entries": _entry_views(form.entries, models, models.get(source_name)),
         "max_entries": MAX_ENTRIES,
