@@ -7,8 +7,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.selectors import audit_event_list
-from catalog.api import input_validate, paginated_response
-from controlplane.api import StandardPagination
+from controlplane.api import StandardPagination, input_validate, paginated_response
 from controlplane.permissions import IsAuditReader
 
 

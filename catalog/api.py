@@ -1,10 +1,5 @@
-"""Catalog API (admin only): providers, models, teams, applications, agents, gateway keys.
+"""Catalog API (admin only): providers, models, teams, applications, agents, gateway keys."""
 
-Also the small helpers every app's API uses: input validation that raises ValidationFailed (so every 400 has
-the `{"detail", "errors"}` shape of the exception handler), paging, and one URL served by several operations.
-"""
-
-from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -14,7 +9,6 @@ from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from catalog.enums import Capability, Protocol, ScopeType
@@ -53,68 +47,7 @@ from catalog.services import (
     team_delete,
     team_update,
 )
-from controlplane.api import StandardPagination
-from controlplane.errors import ValidationFailed
-
-# --- helpers shared by every app's API --------------------------------------------------------
-
-
-def _flatten(detail: Any, prefix: str, out: dict[str, list[str]]) -> None:
-    if isinstance(detail, dict):
-        for key, value in detail.items():
-            if key == api_settings.NON_FIELD_ERRORS_KEY:
-                _flatten(value, prefix, out)
-            else:
-                _flatten(value, f"{prefix}.{key}" if prefix else str(key), out)
-    elif isinstance(detail, list) and any(isinstance(item, dict | list) for item in detail):
-        # One error dict per list item (an empty one for a valid item).
-        for i, item in enumerate(detail):
-            if item:
-                _flatten(item, f"{prefix}.{i}" if prefix else str(i), out)
-    elif isinstance(detail, list):
-        out.setdefault(prefix or "__all__", []).extend(str(message) for message in detail)
-    else:
-        out.setdefault(prefix or "__all__", []).append(str(detail))
-
-
-def input_validate(serializer: serializers.Serializer) -> dict[str, Any]:
-    """Validated data, or ValidationFailed with field paths like "entries.0.model" (the services' keys)."""
-    if serializer.is_valid():
-        return dict(serializer.validated_data)
-    errors: dict[str, list[str]] = {}
-    _flatten(serializer.errors, "", errors)
-    field_name, messages = next(iter(errors.items()))
-    summary = messages[0] if field_name == "__all__" else f"{field_name}: {messages[0]}"
-    raise ValidationFailed(summary, errors=errors)
-
-
-def paginated_response(*, request: Request, view: APIView, queryset: Any, serializer_class: type) -> Response:
-    """One page of `queryset` with count, next and previous (`?page=`, `?page_size=` up to 100)."""
-    paginator = StandardPagination()
-    page = paginator.paginate_queryset(queryset, request, view=view)
-    return paginator.get_paginated_response(serializer_class(page, many=True).data)
-
-
-def api_endpoint(*operations: type[APIView]) -> Callable[..., Any]:
-    """Serve one URL with several single-operation APIViews, each handling its own HTTP method(s).
-
-    The combined class only routes methods; operations name their own nested serializers by class
-    (`ChainCreateApi.InputSerializer`), because `self.InputSerializer` would find the first operation's.
-    """
-    combined = type("".join(op.__name__ for op in operations), operations, {"__doc__": operations[0].__doc__})
-    return combined.as_view()
-
-
-class StrictBooleanField(serializers.BooleanField):
-    """JSON true/false only: "yes", 1 or "false" are refused instead of guessed."""
-
-    default_error_messages = {"invalid": "Must be true or false."}
-
-    def to_internal_value(self, data: Any) -> bool:
-        if isinstance(data, bool):
-            return data
-        self.fail("invalid")
-        raise AssertionError  # unreachable: fail() raises
+from controlplane.api import StandardPagination, input_validate, paginated_response
 
 
 class ScopeSerializer(serializers.Serializer):

@@ -33,8 +33,8 @@ from catalog.api import (
     TeamDetailApi,
     TeamListApi,
     TeamUpdateApi,
-    api_endpoint,
 )
+from controlplane.api import api_endpoint
 from routing.api import (
     AliasCreateApi,
     AliasDeleteApi,

@@ -9,18 +9,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from catalog.api import (
-    ScopeOutputSerializer,
-    ScopeSerializer,
-    StrictBooleanField,
-    input_validate,
-    paginated_response,
-    scope_fields,
-)
+from catalog.api import ScopeOutputSerializer, ScopeSerializer, scope_fields
 from chains.models import FallbackChain
 from chains.selectors import CHAIN_ORDERINGS, DEFAULT_CHAIN_ORDERING, chain_get, chain_list, chain_snapshot
 from chains.services import ChainInput, EntryInput, chain_create, chain_delete, chain_update
-from controlplane.api import StandardPagination
+from controlplane.api import StandardPagination, StrictBooleanField, input_validate, paginated_response
 from controlplane.errors import ValidationFailed
 
 

@@ -2,8 +2,8 @@
 
 from django.urls import path
 
-from catalog.api import api_endpoint
 from chains.api import ChainCreateApi, ChainDeleteApi, ChainDetailApi, ChainListApi, ChainUpdateApi
+from controlplane.api import api_endpoint
 
 api_urlpatterns = [
     path("chains/", api_endpoint(ChainListApi, ChainCreateApi), name="api-chains"),

@@ -1,14 +1,22 @@
-"""API plumbing shared by every app: the exception handler and pagination."""
+"""API plumbing shared by every app: the exception handler, input validation, paging, and
+one URL served by several single-operation views.
 
+Input validation raises ValidationFailed, so every 400 has the `{"detail", "errors"}` shape.
+"""
+
+from collections.abc import Callable
 from typing import Any
 
-from rest_framework import status
-from rest_framework.exceptions import NotAuthenticated
+from rest_framework import serializers, status
+from rest_framework.exceptions import AuthenticationFailed, NotAuthenticated
 from rest_framework.pagination import PageNumberPagination
+from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
+from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from controlplane.errors import ApplicationError
+from controlplane.errors import ApplicationError, ValidationFailed
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -19,8 +27,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
             body["errors"] = exc.errors
         return Response(body, status=exc.status_code)
     response = drf_exception_handler(exc, context)
-    if response is not None and isinstance(exc, NotAuthenticated):
+    if response is not None and isinstance(exc, NotAuthenticated | AuthenticationFailed):
+        # Session auth comes first and has no WWW-Authenticate scheme, so DRF would answer 403.
         response.status_code = status.HTTP_401_UNAUTHORIZED
+        response["WWW-Authenticate"] = 'Token realm="api"'
     return response
 
 
@@ -28,3 +38,61 @@ class StandardPagination(PageNumberPagination):
     page_size = 25
     page_size_query_param = "page_size"
     max_page_size = 100
+
+
+def _flatten(detail: Any, prefix: str, out: dict[str, list[str]]) -> None:
+    if isinstance(detail, dict):
+        for key, value in detail.items():
+            if key == api_settings.NON_FIELD_ERRORS_KEY:
+                _flatten(value, prefix, out)
+            else:
+                _flatten(value, f"{prefix}.{key}" if prefix else str(key), out)
+    elif isinstance(detail, list) and any(isinstance(item, dict | list) for item in detail):
+        # One error dict per list item (an empty one for a valid item).
+        for i, item in enumerate(detail):
+            if item:
+                _flatten(item, f"{prefix}.{i}" if prefix else str(i), out)
+    elif isinstance(detail, list):
+        out.setdefault(prefix or "__all__", []).extend(str(message) for message in detail)
+    else:
+        out.setdefault(prefix or "__all__", []).append(str(detail))
+
+
+def input_validate(serializer: serializers.Serializer) -> dict[str, Any]:
+    """Validated data, or ValidationFailed with field paths like "entries.0.model" (the services' keys)."""
+    if serializer.is_valid():
+        return dict(serializer.validated_data)
+    errors: dict[str, list[str]] = {}
+    _flatten(serializer.errors, "", errors)
+    field_name, messages = next(iter(errors.items()))
+    summary = messages[0] if field_name == "__all__" else f"{field_name}: {messages[0]}"
+    raise ValidationFailed(summary, errors=errors)
+
+
+def paginated_response(*, request: Request, view: APIView, queryset: Any, serializer_class: type) -> Response:
+    """One page of `queryset` with count, next and previous (`?page=`, `?page_size=` up to 100)."""
+    paginator = StandardPagination()
+    page = paginator.paginate_queryset(queryset, request, view=view)
+    return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
+
+def api_endpoint(*operations: type[APIView]) -> Callable[..., Any]:
+    """Serve one URL with several single-operation APIViews, each handling its own HTTP method(s).
+
+    The combined class only routes methods; operations name their own nested serializers by class
+    (`ChainCreateApi.InputSerializer`), because `self.InputSerializer` would find the first operation's.
+    """
+    combined = type("".join(op.__name__ for op in operations), operations, {"__doc__": operations[0].__doc__})
+    return combined.as_view()
+
+
+class StrictBooleanField(serializers.BooleanField):
+    """JSON true/false only: "yes", 1 or "false" are refused instead of guessed."""
+
+    default_error_messages = {"invalid": "Must be true or false."}
+
+    def to_internal_value(self, data: Any) -> bool:
+        if isinstance(data, bool):
+            return data
+        self.fail("invalid")
+        raise AssertionError  # unreachable: fail() raises

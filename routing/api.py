@@ -7,15 +7,8 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from catalog.api import (
-    ScopeOutputSerializer,
-    ScopeSerializer,
-    StrictBooleanField,
-    input_validate,
-    paginated_response,
-    scope_fields,
-)
-from controlplane.api import StandardPagination
+from catalog.api import ScopeOutputSerializer, ScopeSerializer, scope_fields
+from controlplane.api import StandardPagination, StrictBooleanField, input_validate, paginated_response
 from routing.selectors import alias_list, routing_rule_list
 from routing.services import (
     AliasInput,

@@ -171,9 +171,8 @@ def test_token_auth_respects_roles(bi_user, plain_user):
 def test_invalid_token_is_refused(db):
     response = token_client("0" * 40).get("/api/chains/")
 
-    # DRF answers 403 (not 401) for a bad credential because SessionAuthentication, listed first, sends no
-    # WWW-Authenticate challenge; controlplane.api.exception_handler maps only NotAuthenticated to 401.
-    assert response.status_code == 403
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == 'Token realm="api"'
     assert response.json() == {"detail": "Invalid token."}
 
 
