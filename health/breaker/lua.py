@@ -86,6 +86,8 @@ local verdict = ARGV[7]
 if verdict == 'c' then
   if probe and c.state == 'half_open' and c.probe_at ~= nil then
     c.probe_at = nil  -- a cancelled probe gives the slot back at once
+    -- Every change bumps the generation, so mirrors can order pub/sub messages and replies.
+    c.gen = c.gen + 1
     save(c)
     publish(c)
     return concat({'transition'}, c)

@@ -138,6 +138,7 @@ class MemoryEngine(BreakerEngine):
             if verdict is Verdict.IGNORE:
                 if decision.probe and c.state is State.HALF_OPEN:
                     c.probe_at = None  # a cancelled probe gives the slot back at once
+                    c.bump()
                 return
             failed = verdict is Verdict.FAILURE
             if decision.probe:

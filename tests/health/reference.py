@@ -53,6 +53,7 @@ class Reference:
         if failed is None:
             if probe and self.state == "half_open":
                 self.probe_at = None
+                self.generation += 1
             return
         if probe:
             if failed:
