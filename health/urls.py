@@ -6,4 +6,8 @@ app_name = "health"
 
 urlpatterns = [
     path("", views.index, name="index"),
+    path("reset/", views.reset, name="reset"),
+    path("configure/", views.configure, name="configure"),
+    path("configure/override/", views.override_set, name="override-set"),
+    path("configure/override/delete/", views.override_delete, name="override-delete"),
 ]

@@ -260,3 +260,74 @@
     boot();
   }
 })();
+
+/* ==========================================================================
+   Provider Health tab (appended; health/views.py, templates/health/).
+   - One reset <dialog> serves every row: the Reset link that opens it fills in the circuit.
+   - The circuit table polls and is swapped; an open dialog's opener is re-found by id so
+     focus still returns to the row's Reset link after a refresh or a reset.
+   - A dialog marked data-dialog-managed is not closed by the generic "answered, close"
+     rule above: its forms swap its body (errors stay visible with the user's input), and
+     the server closes it with HX-Trigger {"closeDialog": "<dialog id>"} on success.
+   ========================================================================== */
+(function () {
+  "use strict";
+
+  // Capture phase: runs before the generic opener above, so the dialog shows the right names.
+  document.addEventListener("click", function (event) {
+    const opener = event.target.closest && event.target.closest("[data-reset-provider]");
+    if (!opener) return;
+    const dialog = document.getElementById(opener.dataset.dialogOpen);
+    if (!dialog) return;
+    const provider = opener.dataset.resetProvider || "";
+    const model = opener.dataset.resetModel || "";
+    dialog.querySelectorAll("[data-reset-target]").forEach(function (el) {
+      el.textContent = provider + " / " + model;
+    });
+    dialog.querySelectorAll("[data-reset-field]").forEach(function (input) {
+      input.value = input.dataset.resetField === "provider" ? provider : model;
+    });
+  }, true);
+
+  document.addEventListener("htmx:afterSwap", function () {
+    document.querySelectorAll("dialog").forEach(function (dialog) {
+      const opener = dialog._opener;
+      if (opener && !opener.isConnected && opener.id) {
+        const again = document.getElementById(opener.id);
+        if (again) dialog._opener = again;
+      }
+    });
+  });
+
+  // Stop the generic afterRequest listener (bubble phase on document) for managed dialogs.
+  document.addEventListener("htmx:afterRequest", function (event) {
+    const target = event.target;
+    if (target && target.closest && target.closest("dialog[data-dialog-managed]")) {
+      event.stopPropagation();
+    }
+  }, true);
+
+  document.addEventListener("closeDialog", function (event) {
+    const detail = event.detail || {};
+    const dialog = document.getElementById(detail.value || "");
+    if (dialog instanceof HTMLDialogElement && dialog.open) dialog.close();
+  });
+
+  // After a swap inside a managed dialog, put the keyboard on the error summary when there is one.
+  document.addEventListener("htmx:afterSettle", function (event) {
+    const dialog = event.target.closest && event.target.closest("dialog[data-dialog-managed]");
+    if (!dialog || !dialog.open) return;
+    const summary = dialog.querySelector("[data-error-summary]");
+    if (summary) summary.focus();
+  });
+
+  // Closing (Cancel, Escape, saved) discards what was typed: fetch a fresh body for the next opening.
+  document.addEventListener("close", function (event) {
+    const dialog = event.target;
+    if (!(dialog instanceof HTMLDialogElement) || !dialog.dataset.refreshUrl || !window.htmx) return;
+    const target = dialog.dataset.refreshTarget;
+    if (target && dialog.querySelector(target)) {
+      window.htmx.ajax("GET", dialog.dataset.refreshUrl, { target: target, swap: "outerHTML" });
+    }
+  }, true);
+})();
