@@ -50,6 +50,8 @@ FIELD_ENCRYPTION_KEYS = env_list("FIELD_ENCRYPTION_KEYS", [])
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
+GATEWAY_PROCESS = env_str("CONTROLPLANE_PROCESS") == "gateway"
+
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -70,6 +72,24 @@ INSTALLED_APPS = [
     "gateway",
     "requestlogs",
 ]
+
+if GATEWAY_PROCESS:
+    # The data plane needs the ORM models (to build its snapshot), not the console's apps.
+    INSTALLED_APPS = [
+        app
+        for app in INSTALLED_APPS
+        if not app.startswith(
+            (
+                "django.contrib.admin",
+                "django.contrib.messages",
+                "django.contrib.sessions",
+                "django.contrib.staticfiles",
+                "django_htmx",
+                "rest_framework",
+                "drf_spectacular",
+            )
+        )
+    ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",

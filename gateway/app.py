@@ -15,7 +15,6 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
 import orjson
 
 from gateway.config import ConfigHolder
@@ -24,6 +23,7 @@ from gateway.logsink import LogSink
 from gateway.snapshot import KeyInfo, ProviderInfo, Refusal, Route, Snapshot, Target
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
 from gateway.upstream.openai import OpenAIAdapter
+from gateway.upstream.transport import FastTransport
 from health.breaker.base import BreakerEngine
 from health.breaker.types import Decision, Outcome
 
@@ -96,7 +96,7 @@ class GatewayApp:
         self.sink = sink
         self.max_body = max_body
         self.deadline = deadline_seconds
-        self._clients: dict[tuple[Any, ...], httpx.AsyncClient] = {}
+        self._transports: dict[str, FastTransport] = {}
         self._adapters: dict[str, tuple[ProviderInfo, Adapter]] = {}
         self.started = False
 
@@ -113,15 +113,16 @@ class GatewayApp:
         if self.started:
             return
         await asyncio.to_thread(self.config.start)
-        _ = self.engine
+        # Building the engine reads the breaker configuration from the database: not on the loop.
+        await asyncio.to_thread(lambda: self.engine)
         if self.sink is not None:
             self.sink.start()
         self.started = True
 
     async def shutdown(self) -> None:
-        for client in self._clients.values():
-            await client.aclose()
-        self._clients.clear()
+        for transport in self._transports.values():
+            await transport.aclose()
+        self._transports.clear()
         self._adapters.clear()
         if self.sink is not None:
             await asyncio.to_thread(self.sink.stop)
@@ -456,22 +457,14 @@ class GatewayApp:
             self.engine.record(decision, outcome)
 
     def _adapter(self, provider: ProviderInfo) -> Adapter:
+        """One adapter per provider configuration, one connection pool per provider."""
         cached = self._adapters.get(provider.name)
         if cached is not None and cached[0] == provider:
             return cached[1]
-        key = (provider.base_url, provider.connect_timeout, provider.read_timeout)
-        client = self._clients.get(key)
-        if client is None:
-            client = httpx.AsyncClient(
-                timeout=httpx.Timeout(
-                    provider.read_timeout, connect=provider.connect_timeout, pool=provider.connect_timeout
-                ),
-                limits=httpx.Limits(max_connections=1024, max_keepalive_connections=256, keepalive_expiry=30),
-                follow_redirects=False,
-            )
-            self._clients[key] = client
-        adapter_cls = ADAPTERS.get(provider.protocol, OpenAIAdapter)
-        adapter = adapter_cls(provider, client)
+        transport = self._transports.get(provider.name)
+        if transport is None:
+            transport = self._transports[provider.name] = FastTransport()
+        adapter = ADAPTERS.get(provider.protocol, OpenAIAdapter)(provider, transport)
         self._adapters[provider.name] = (provider, adapter)
         return adapter
 

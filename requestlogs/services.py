@@ -1,62 +1,75 @@
-"""Writes of request logs (from the embedded gateway or the ingestion task)."""
+"""Writes of request logs (from the embedded gateway or the ingestion task).
+
+Batches arrive as plain dicts from the gateway. They are written without building
+model instances (that would cost more than serving the request): executemany on
+SQLite, COPY on PostgreSQL. Both skip a request_id already stored, so a retried
+batch is harmless.
+"""
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
+import orjson
 from django.db import connection, transaction
 
 from requestlogs.models import RequestLog
 
-_FIELDS = [f.name for f in RequestLog._meta.concrete_fields if f.name != "id"]
+_FIELDS = [f for f in RequestLog._meta.concrete_fields if f.name != "id"]
+_COLUMNS = [f.column for f in _FIELDS]
+_DEFAULTS = {f.name: f.get_default() for f in _FIELDS}
 
 
-def _row(record: dict[str, Any]) -> RequestLog:
-    data = {k: record.get(k) for k in _FIELDS if k in record}
-    if isinstance(data.get("created_at"), int | float):
-        data["created_at"] = datetime.fromtimestamp(data["created_at"], tz=UTC)
-    if data.get("cost_usd") is not None:
-        data["cost_usd"] = Decimal(str(round(data["cost_usd"], 8)))
-    return RequestLog(**data)
+def _rows(records: Iterable[dict[str, Any]], *, sqlite: bool) -> list[tuple[Any, ...]]:
+    rows = []
+    for record in records:
+        values = []
+        for field in _FIELDS:
+            name = field.name
+            value = record.get(name, _DEFAULTS[name])
+            if name == "created_at":
+                moment = datetime.fromtimestamp(value, tz=UTC) if isinstance(value, int | float) else value
+                value = moment.replace(tzinfo=None).isoformat(" ") if sqlite else moment
+            elif name == "attempts":
+                value = orjson.dumps(value or []).decode()
+            elif name == "cost_usd" and value is not None:
+                value = f"{value:.8f}"
+            values.append(value)
+        rows.append(tuple(values))
+    return rows
 
 
 @transaction.atomic
 def request_logs_insert(*, records: Iterable[dict[str, Any]]) -> int:
-    """Insert records; a record whose request_id is already stored is skipped (idempotent retries)."""
-    rows = [_row(r) for r in records]
-    if not rows:
+    """Insert records, skipping request_ids already stored; returns how many rows were new."""
+    records = list(records)
+    if not records:
         return 0
+    cols = ", ".join(_COLUMNS)
     if connection.vendor == "postgresql":
-        return _copy_postgres(rows)
-    RequestLog.objects.bulk_create(rows, ignore_conflicts=True, batch_size=500)
-    return len(rows)
-
-
-def _copy_postgres(rows: list[RequestLog]) -> int:
-    """COPY into a temporary table, then insert what is new: fast and idempotent."""
-    import json
-
-    columns = _FIELDS
+        return _copy_postgres(_rows(records, sqlite=False), cols)
+    placeholders = ", ".join(["%s"] * len(_COLUMNS))
     with connection.cursor() as cursor:
-        cols = ", ".join(columns)
+        cursor.executemany(
+            f"INSERT OR IGNORE INTO requestlogs_requestlog ({cols}) VALUES ({placeholders})",  # noqa: S608 - model columns
+            _rows(records, sqlite=True),
+        )
+        return cursor.rowcount if cursor.rowcount >= 0 else len(records)
+
+
+def _copy_postgres(rows: list[tuple[Any, ...]], cols: str) -> int:
+    """COPY into a temporary table, then insert what is new: fast and idempotent."""
+    with connection.cursor() as cursor:
         # Same column types, no constraints; dropped at commit.
         cursor.execute(
-            f"CREATE TEMP TABLE requestlog_incoming ON COMMIT DROP AS SELECT {cols} FROM requestlogs_requestlog "  # noqa: S608 - model column names
+            f"CREATE TEMP TABLE requestlog_incoming ON COMMIT DROP AS SELECT {cols} FROM requestlogs_requestlog "  # noqa: S608 - model columns
             "WITH NO DATA"
         )
-        raw = cursor.cursor  # the psycopg cursor, for COPY
-        with raw.copy(f"COPY requestlog_incoming ({cols}) FROM STDIN") as copy:
+        with cursor.cursor.copy(f"COPY requestlog_incoming ({cols}) FROM STDIN") as copy:
             for row in rows:
-                values = []
-                for name in columns:
-                    value = getattr(row, name)
-                    if name == "attempts":
-                        value = json.dumps(value)
-                    values.append(value)
-                copy.write_row(values)
+                copy.write_row(row)
         cursor.execute(
-            f"INSERT INTO requestlogs_requestlog ({cols}) SELECT {cols} FROM requestlog_incoming "  # noqa: S608 - model column names
+            f"INSERT INTO requestlogs_requestlog ({cols}) SELECT {cols} FROM requestlog_incoming "  # noqa: S608 - model columns
             "ON CONFLICT (request_id) DO NOTHING"
         )
         return cursor.rowcount

@@ -6,13 +6,12 @@ from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-import httpx
-
 from gateway.snapshot import ProviderInfo
+from gateway.upstream.transport import FastTransport
 
 
 class UpstreamError(Exception):
-    """A call that produced no usable response. `kind` is timeout | connection_error."""
+    """A call that produced no usable response. `kind` is "timeout" or "connection_error"."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)
@@ -23,7 +22,7 @@ class UpstreamError(Exception):
 FALLBACK_ELIGIBLE_STATUS = frozenset({429, 500, 502, 503, 504})
 
 
-@dataclass
+@dataclass(slots=True)
 class UpstreamResponse:
     status: int
     headers: list[tuple[bytes, bytes]]
@@ -37,13 +36,13 @@ class UpstreamResponse:
 
 
 class Adapter(ABC):
-    """Calls one provider. One httpx client (one connection pool) per provider."""
+    """Calls one provider through that provider's connection pool."""
 
     protocol = ""
 
-    def __init__(self, provider: ProviderInfo, client: httpx.AsyncClient) -> None:
+    def __init__(self, provider: ProviderInfo, transport: FastTransport) -> None:
         self.provider = provider
-        self.client = client
+        self.transport = transport
 
     @abstractmethod
     async def chat(self, body: bytes, *, stream: bool) -> UpstreamResponse:

@@ -6,50 +6,70 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from gateway.snapshot import ProviderInfo
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
+from gateway.upstream.transport import FastTransport, RawResponse, origin_of
 
 _PASS_HEADERS = {b"content-type", b"x-request-id", b"openai-processing-ms"}
+
+
+def _header_safe(value: str) -> str:
+    # A stray CR/LF in configuration must never split the request head.
+    return value.replace("\r", "").replace("\n", "")
 
 
 class OpenAIAdapter(Adapter):
     protocol = "openai"
 
-    async def chat(self, body: bytes, *, stream: bool) -> UpstreamResponse:
-        headers = {"content-type": "application/json"}
-        if self.provider.api_key:
-            headers["authorization"] = f"Bearer {self.provider.api_key}"
-        request = self.client.build_request(
-            "POST", f"{self.provider.base_url}/chat/completions", content=body, headers=headers
+    def __init__(self, provider: ProviderInfo, transport: FastTransport) -> None:
+        super().__init__(provider, transport)
+        url = httpx.URL(f"{provider.base_url}/chat/completions")
+        self._origin = origin_of(url)
+        head = (
+            f"POST {url.raw_path.decode()} HTTP/1.1\r\nHost: {url.netloc.decode()}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            "User-Agent: controlplane-gateway\r\n"
         )
+        if provider.api_key:
+            head += f"Authorization: Bearer {_header_safe(provider.api_key)}\r\n"
+        self._head = head.encode()
+
+    async def chat(self, body: bytes, *, stream: bool) -> UpstreamResponse:
+        name = self.provider.name
+        payload = self._head + b"Content-Length: %d\r\n\r\n" % len(body) + body
         try:
-            response = await self.client.send(request, stream=True)
+            raw = await self.transport.send_raw(
+                self._origin,
+                payload,
+                connect_timeout=self.provider.connect_timeout,
+                read_timeout=self.provider.read_timeout,
+            )
         except httpx.TimeoutException as exc:
-            raise UpstreamError("timeout", f"{self.provider.name} did not answer in time ({type(exc).__name__})")
+            raise UpstreamError("timeout", f"{name} did not answer in time ({type(exc).__name__}).")
         except httpx.TransportError as exc:
-            raise UpstreamError("connection_error", f"Could not reach {self.provider.name}: {type(exc).__name__}")
-        kept = [(k, v) for k, v in response.headers.raw if k.lower() in _PASS_HEADERS]
-        if stream and response.status_code == 200:
-            return UpstreamResponse(200, kept, stream=_chunks(response))
+            raise UpstreamError("connection_error", f"Could not reach {name}: {exc}")
+        kept = [(k, v) for k, v in raw.headers if k.lower() in _PASS_HEADERS]
+        if stream and raw.status == 200:
+            return UpstreamResponse(200, kept, stream=_chunks(raw))
         try:
-            content = await response.aread()
+            content = await raw.body.aread()
         except httpx.TimeoutException:
-            raise UpstreamError("timeout", f"{self.provider.name} stopped sending its answer (read timeout)")
+            raise UpstreamError("timeout", f"{name} stopped sending its answer (read timeout).")
         except httpx.TransportError as exc:
-            name = self.provider.name
-            raise UpstreamError("connection_error", f"{name} dropped the connection: {type(exc).__name__}")
+            raise UpstreamError("connection_error", f"{name} dropped the connection: {exc}")
         finally:
-            await response.aclose()
-        return UpstreamResponse(response.status_code, kept, content)
+            await raw.body.aclose()
+        return UpstreamResponse(raw.status, kept, content)
 
 
-async def _chunks(response: httpx.Response) -> AsyncIterator[bytes]:
-    """Raw bytes as they arrive; transport failures become UpstreamError; always closes."""
+async def _chunks(raw: RawResponse) -> AsyncIterator[bytes]:
+    """Raw bytes as they arrive; transport failures become UpstreamError; always releases the connection."""
     try:
-        async for chunk in response.aiter_raw():
+        async for chunk in raw.body:
             yield chunk
     except httpx.TimeoutException:
-        raise UpstreamError("timeout", "The upstream stopped sending (read timeout)")
+        raise UpstreamError("timeout", "The upstream stopped sending (read timeout).")
     except httpx.TransportError as exc:
-        raise UpstreamError("connection_error", f"The upstream dropped the stream: {type(exc).__name__}")
+        raise UpstreamError("connection_error", f"The upstream dropped the stream: {exc}")
     finally:
-        await response.aclose()
+        await raw.body.aclose()

@@ -1,6 +1,7 @@
+import os
+import sys
 from typing import Any
 
-import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
@@ -14,20 +15,41 @@ class Command(BaseCommand):
         parser.add_argument("--workers", type=int, default=1)
 
     def handle(self, *args: Any, host: str, port: int, workers: int, **options: Any) -> None:
+        if workers < 1:
+            raise CommandError("--workers must be at least 1.")
         if workers > 1 and not settings.REDIS_URL:
             raise CommandError("Several workers need REDIS_URL so that they share one breaker per circuit.")
-        # uvicorn traps SIGTERM: it stops accepting, finishes in-flight requests, then runs the
-        # app's shutdown (which drains the request-log buffer).
-        uvicorn.run(
+        # Replace this process with a fresh uvicorn one: the gateway loads only what it needs
+        # (no Celery, no console apps). uvicorn traps SIGTERM: it stops accepting, finishes
+        # in-flight requests, then runs the app's shutdown, which drains the request-log buffer.
+        env = {
+            **os.environ,
+            "CONTROLPLANE_PROCESS": "gateway",
+            "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "controlplane.settings"),
+        }
+        argv = [
+            sys.executable,
+            "-m",
+            "uvicorn",
             "gateway.app:create_app",
-            factory=True,
-            host=host,
-            port=port,
-            workers=workers,
-            http="httptools",
-            loop="uvloop",
-            lifespan="on",
-            access_log=False,
-            log_level="warning",
-            timeout_graceful_shutdown=30,
-        )
+            "--factory",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--http",
+            "httptools",
+            "--loop",
+            "uvloop",
+            "--lifespan",
+            "on",
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--timeout-graceful-shutdown",
+            "30",
+        ]
+        sys.stdout.flush()
+        os.execve(sys.executable, argv, env)  # noqa: S606 - fixed argv, our own interpreter

@@ -1,0 +1,300 @@
+"""Gateway benchmark: the gateway against the same simulator called directly.
+
+Starts the simulator and ONE gateway worker process (`manage.py run_gateway`,
+production mode: Redis-backed breaker, request logs to a Redis stream, config
+from a SQLite file this script prepares), drives both with wrk (C, so the load
+generator is not the bottleneck), and prints requests/s and p50/p99 latency at
+concurrency 1, 16 and 64, the same with the primary failing and fallback serving,
+streaming time to first byte, resident memory and CPU time per request.
+
+    .venv/bin/python bench/gateway.py [--duration 8] [--connections 1,16,64]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+BODY = '{"model":"gpt-4o","messages":[{"role":"user","content":"Say hello in five words."}]}'
+STREAM_BODY = '{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Say hello."}]}'
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"process for {url} exited with {proc.returncode}")
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{url} not ready after {timeout}s")
+
+
+def prepare(env: dict[str, str], sim_url: str) -> str:
+    """Migrate the bench database and create providers, models, a chain and a key; return the key."""
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
+    script = f"""
+from decimal import Decimal
+from django.contrib.auth import get_user_model
+from catalog.models import LlmModel, Provider
+from catalog.services import api_key_create
+from chains.services import ChainInput, EntryInput, chain_create
+openai = Provider.objects.create(name="openai", base_url="{sim_url}/openai/v1", api_key="sk-bench")
+backup = Provider.objects.create(name="backup", base_url="{sim_url}/backup/v1", api_key="sk-bench")
+LlmModel.objects.create(name="gpt-4o", provider=openai, input_price_per_mtok=Decimal("2.5"), output_price_per_mtok=10)
+LlmModel.objects.create(name="claude", provider=backup, input_price_per_mtok=Decimal("3"), output_price_per_mtok=15)
+chain_create(actor=None, data=ChainInput(name="bench", source_model="gpt-4o", entries=[EntryInput("claude")]))
+user = get_user_model().objects.create_user("bench")
+print(api_key_create(actor=None, name="bench", user=user).secret)
+"""
+    out = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return out.stdout.strip().splitlines()[-1]
+
+
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def _ms(text: str) -> float:
+    m = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
+    if not m:
+        raise ValueError(text)
+    return float(m.group(1)) * _UNITS[m.group(2)]
+
+
+def wrk(url: str, key: str | None, connections: int, duration: int, body: str = BODY) -> dict[str, float]:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
+        f.write('wrk.method = "POST"\n')
+        f.write(f"wrk.body = [[{body}]]\n")
+        f.write('wrk.headers["Content-Type"] = "application/json"\n')
+        if key:
+            f.write(f'wrk.headers["Authorization"] = "Bearer {key}"\n')
+        script = f.name
+    threads = 1 if connections == 1 else 2
+    out = subprocess.run(
+        ["wrk", f"-t{threads}", f"-c{connections}", f"-d{duration}s", "--latency", "-s", script, url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    os.unlink(script)
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    p50 = _ms(re.search(r"\s50%\s+(\S+)", out).group(1))
+    p99 = _ms(re.search(r"\s99%\s+(\S+)", out).group(1))
+    return {"rps": rps, "p50": p50, "p99": p99, "requests": total, "errors": int(errors.group(1)) if errors else 0}
+
+
+async def _ttfb(host: str, port: int, path: str, key: str | None, n: int) -> list[float]:
+    """Time to the first SSE data bytes over one keep-alive connection, raw sockets."""
+    reader, writer = await asyncio.open_connection(host, port)
+    body = STREAM_BODY.encode()
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    request = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{auth}"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        writer.write(request)
+        await writer.drain()
+        first = True
+        buf = b""
+        while True:
+            chunk = await reader.read(65536)
+            if not chunk:
+                raise SystemExit("connection closed")
+            if first and b"data: " in chunk:
+                samples.append((time.perf_counter() - t0) * 1000)
+                first = False
+            buf += chunk
+            if buf.endswith(b"0\r\n\r\n"):  # end of the chunked response
+                break
+    writer.close()
+    return samples
+
+
+def ttfb(url: str, path: str, key: str | None, n: int) -> float:
+    host, port = url.removeprefix("http://").split(":")
+    samples = asyncio.run(_ttfb(host, int(port), path, key, n))
+    return statistics.median(samples[n // 10 :])  # drop warm-up
+
+
+def proc_stats(pid: int) -> tuple[float, float]:
+    """(CPU seconds used so far, resident MiB) of a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    rss = (
+        next(
+            int(line.split()[1])
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+            if line.startswith("VmRSS:")
+        )
+        / 1024
+    )
+    return cpu, rss
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=int, default=8, help="seconds per wrk run")
+    parser.add_argument("--connections", default="1,16,64")
+    parser.add_argument("--redis-url", default=os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--memory", action="store_true", help="memory breaker and SQLite log writes (no Redis)")
+    args = parser.parse_args()
+    if not shutil.which("wrk"):
+        raise SystemExit("wrk is needed: apt-get install -y wrk")
+    concurrencies = [int(c) for c in args.connections.split(",")]
+
+    work = Path(tempfile.mkdtemp(prefix="cp-bench-"))
+    sim_port, gw_port = free_port(), free_port()
+    sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
+    namespace = f"bench:{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
+        "REDIS_URL": "" if args.memory else args.redis_url,
+        "SECRET_KEY": "bench-" + uuid.uuid4().hex,
+        "BREAKER_REDIS_NAMESPACE": namespace,
+        "CONTROLPLANE_VAR_DIR": str(work),
+        "LOG_LEVEL": "WARNING",
+    }
+    key = prepare(env, sim_url)
+    procs = []
+    try:
+        sim = subprocess.Popen(
+            [sys.executable, "manage.py", "run_simulator", "--port", str(sim_port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        procs.append(sim)
+        wait_ready(f"{sim_url}/_sim/state", sim)
+        gw = subprocess.Popen(
+            [sys.executable, "manage.py", "run_gateway", "--port", str(gw_port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        procs.append(gw)
+        wait_ready(f"{gw_url}/readyz", gw)
+        gw_pid = _worker_pid(gw.pid)
+
+        rows = []
+        direct_url = f"{sim_url}/openai/v1/chat/completions"
+        gateway_url = f"{gw_url}/v1/chat/completions"
+        wrk(gateway_url, key, 16, 2)  # warm up connection pools and caches
+        cpu_before, _ = proc_stats(gw_pid)
+        gateway_requests = 0
+        for c in concurrencies:
+            direct = wrk(direct_url, None, c, args.duration)
+            through = wrk(gateway_url, key, c, args.duration)
+            gateway_requests += through["requests"]
+            rows.append((c, direct, through))
+        cpu_after, rss = proc_stats(gw_pid)
+
+        # Primary failing: open its circuit, then measure fallback serving from the chain.
+        httpx.put(f"{sim_url}/_sim/providers/openai", json={"mode": "status", "status": 503})
+        for _ in range(12):
+            httpx.post(
+                gateway_url,
+                content=BODY,
+                headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+            )
+        check = httpx.post(
+            gateway_url, content=BODY, headers={"authorization": f"Bearer {key}", "content-type": "application/json"}
+        )
+        assert check.headers.get("x-vidai-fallback") == "true", "circuit did not open"
+        fallback_rows = [(c, wrk(gateway_url, key, c, args.duration)) for c in concurrencies]
+        httpx.delete(f"{sim_url}/_sim/providers/openai")
+        httpx.post(f"{sim_url}/_sim/reset")
+
+        n = 400
+        ttfb_direct = ttfb(sim_url, "/backup/v1/chat/completions", None, n)
+        ttfb_gateway = ttfb(gw_url, "/v1/chat/completions", key, n)
+        _, rss_end = proc_stats(gw_pid)
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=30)
+        import redis
+
+        client = redis.Redis.from_url(args.redis_url)
+        for k in client.scan_iter(f"{namespace}*"):
+            client.delete(k)
+        client.delete("cp:requestlogs")
+        shutil.rmtree(work, ignore_errors=True)
+
+    print(f"\nGateway benchmark — {os.cpu_count()} cores, wrk {args.duration}s per run, one gateway worker\n")
+    print(
+        "| concurrency | direct req/s | gateway req/s | direct p50 ms | gateway p50 ms | added p50 ms "
+        "| direct p99 ms | gateway p99 ms | gateway non-2xx |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c, d, g in rows:
+        print(
+            f"| {c} | {d['rps']:,.0f} | {g['rps']:,.0f} | {d['p50']:.2f} | {g['p50']:.2f} | "
+            f"{g['p50'] - d['p50']:.2f} | {d['p99']:.2f} | {g['p99']:.2f} | {g['errors']} |"
+        )
+    print("\nPrimary failing, circuit open, served by the chain's first entry:\n")
+    print("| concurrency | gateway req/s | p50 ms | p99 ms | share of healthy req/s | non-2xx |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    healthy = {c: g["rps"] for c, _, g in rows}
+    for c, f in fallback_rows:
+        print(
+            f"| {c} | {f['rps']:,.0f} | {f['p50']:.2f} | {f['p99']:.2f} | {f['rps'] / healthy[c]:.0%} | {f['errors']} |"
+        )
+    print(
+        f"\nStreaming time to first byte (median of {n}, sequential): direct {ttfb_direct:.2f} ms, "
+        f"gateway {ttfb_gateway:.2f} ms, added {ttfb_gateway - ttfb_direct:.2f} ms"
+    )
+    print(f"Gateway resident memory: {rss:.0f} MiB after the healthy runs, {rss_end:.0f} MiB at the end")
+    print(
+        f"Gateway CPU time per request: {(cpu_after - cpu_before) / max(gateway_requests, 1) * 1e6:.0f} µs "
+        f"({gateway_requests:,} requests)"
+    )
+
+
+def _worker_pid(parent: int) -> int:
+    """run_gateway with one worker serves in its own process (no child); with several, pick the first child."""
+    children = Path(f"/proc/{parent}/task/{parent}/children")
+    kids = children.read_text().split() if children.exists() else []
+    return int(kids[0]) if kids else parent
+
+
+if __name__ == "__main__":
+    main()

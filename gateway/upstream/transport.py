@@ -1,0 +1,319 @@
+"""A lean HTTP/1.1 keep-alive transport for httpx, on asyncio protocols and httptools.
+
+Why: httpx's default transport (httpcore on anyio) costs about 1 ms of CPU per call on
+this class of machine (measured: bench/transport.py), more than the whole gateway budget.
+This transport keeps httpx's API (clients, requests, responses, exceptions) and does the
+wire work with one buffered write per request, a C parser for responses, and a LIFO pool
+of idle connections per origin. It speaks only what upstream LLM APIs need: HTTP/1.1,
+Content-Length or chunked responses, keep-alive, TLS.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Any
+
+import certifi
+import httptools
+import httpx
+
+# Drop idle connections before typical servers do (uvicorn 5 s, nginx 75 s), so a reused
+# connection is rarely one the server is closing at that moment.
+DEFAULT_KEEPALIVE_EXPIRY = 4.0
+_HOP_BY_HOP = {b"host", b"connection", b"keep-alive", b"transfer-encoding", b"accept-encoding", b"content-length"}
+
+
+class _Connection(asyncio.Protocol):
+    """One TCP connection; carries one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.error: Exception | None = None
+        self._waiter: asyncio.Future[None] | None = None
+        self.on_close: Any = None
+        self.reset()
+
+    def reset(self) -> None:
+        self.parser = httptools.HttpResponseParser(self)
+        self.status = 0
+        self.headers: list[tuple[bytes, bytes]] = []
+        self.headers_done = False
+        self.complete = False
+        self.keep_alive = False
+        self.delimited = False  # Content-Length or chunked: the body end is known
+        self.received_any = False
+        self.chunks: deque[bytes] = deque()
+        self.buffered = 0
+        self.paused = False
+        self.idle_since = 0.0
+
+    # -- asyncio.Protocol ---------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.received_any = True
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self.error = httpx.RemoteProtocolError(f"Malformed response from upstream: {exc}")
+            self.close()
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.on_close is not None:
+            self.on_close(self)
+        if self.headers_done and not self.complete and not self.delimited:
+            self.complete = True  # a body delimited by the connection closing
+        elif not self.complete and self.error is None:
+            self.error = httpx.RemoteProtocolError("Server disconnected without sending a complete response.")
+        self._wake()
+
+    def pause_writing(self) -> None:  # the request body is written in one go; the kernel buffers it
+        pass
+
+    def resume_writing(self) -> None:
+        pass
+
+    # -- httptools callbacks ----------------------------------------------------------------
+    def on_header(self, name: bytes, value: bytes) -> None:
+        lower = name.lower()
+        if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
+            self.delimited = True
+        self.headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        self.status = self.parser.get_status_code()
+        self.headers_done = True
+        if self.status in (204, 304):
+            self.delimited = True
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        self.buffered += len(body)
+        if self.buffered > 1 << 20 and not self.paused and self.transport is not None:
+            # A slow client: stop reading from the upstream until the relay catches up.
+            self.transport.pause_reading()
+            self.paused = True
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self.keep_alive = self.parser.should_keep_alive()
+
+    # -- used by the transport ------------------------------------------------------------------
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def wait(self, timeout: float | None) -> None:
+        """Wait for more parser progress (or the end), at most `timeout` seconds."""
+        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        try:
+            if timeout is None:
+                await waiter
+            else:
+                async with asyncio.timeout(timeout):
+                    await waiter
+        except TimeoutError:
+            raise httpx.ReadTimeout("Timed out waiting for the upstream.") from None
+        finally:
+            self._waiter = None
+
+    def take_chunk(self) -> bytes:
+        chunk = self.chunks.popleft()
+        self.buffered -= len(chunk)
+        if self.paused and self.buffered < 1 << 18 and self.transport is not None:
+            self.transport.resume_reading()
+            self.paused = False
+        return chunk
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+        self.closed = True
+
+
+class _Body(httpx.AsyncByteStream):
+    """The response body as it arrives; returns the connection to the pool when read to the end.
+
+    Iterating raises httpx.ReadTimeout / httpx.RemoteProtocolError on failures.
+    """
+
+    def __init__(
+        self, transport: FastTransport, key: tuple[str, str, int], conn: _Connection, read_timeout: float | None
+    ) -> None:
+        self._transport = transport
+        self._key = key
+        self._conn = conn
+        self._read_timeout = read_timeout
+        self._released = False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        while True:
+            while conn.chunks:
+                yield conn.take_chunk()
+            if conn.complete:
+                self._release()
+                return
+            if conn.error is not None or conn.closed:
+                error = conn.error or httpx.RemoteProtocolError("Upstream closed the connection mid-body.")
+                self._release()
+                raise error
+            await conn.wait(self._read_timeout)
+
+    async def aread(self) -> bytes:
+        parts = [chunk async for chunk in self]
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        conn = self._conn
+        if conn.complete and conn.keep_alive and not conn.closed and conn.error is None:
+            self._transport._put_idle(self._key, conn)
+        else:
+            conn.close()
+
+    async def aclose(self) -> None:
+        if not self._released:
+            # Not read to the end: the connection's state is unknown, so it cannot be reused.
+            self._released = True
+            self._conn.close()
+
+
+class RawResponse:
+    """Status, headers and the body stream of one upstream response (no httpx models on the hot path)."""
+
+    __slots__ = ("body", "headers", "status")
+
+    def __init__(self, status: int, headers: list[tuple[bytes, bytes]], body: _Body) -> None:
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+
+Origin = tuple[str, str, int]
+
+
+def origin_of(url: httpx.URL) -> Origin:
+    return (url.scheme, url.host, url.port or (443 if url.scheme == "https" else 80))
+
+
+class FastTransport(httpx.AsyncBaseTransport):
+    def __init__(
+        self,
+        *,
+        keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY,
+        max_idle_per_origin: int = 256,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        self._keepalive_expiry = keepalive_expiry
+        self._max_idle = max_idle_per_origin
+        self._ssl = ssl_context
+        self._all: set[_Connection] = set()
+
+    def _ssl_context(self) -> ssl.SSLContext:
+        if self._ssl is None:
+            self._ssl = ssl.create_default_context(cafile=certifi.where())
+        return self._ssl
+
+    def _put_idle(self, key: tuple[str, str, int], conn: _Connection) -> None:
+        idle = self._idle.setdefault(key, [])
+        if len(idle) >= self._max_idle:
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        idle.append(conn)
+
+    def _take_idle(self, key: tuple[str, str, int]) -> _Connection | None:
+        idle = self._idle.get(key)
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if not conn.closed and now - conn.idle_since < self._keepalive_expiry:
+                return conn
+            conn.close()
+        return None
+
+    async def _connect(self, key: tuple[str, str, int], timeout: float | None) -> _Connection:
+        scheme, host, port = key
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                if scheme == "https":
+                    _, conn = await loop.create_connection(
+                        _Connection, host, port, ssl=self._ssl_context(), server_hostname=host
+                    )
+                else:
+                    _, conn = await loop.create_connection(_Connection, host, port)
+        except TimeoutError:
+            raise httpx.ConnectTimeout(f"Timed out connecting to {host}:{port}.") from None
+        except OSError as exc:
+            raise httpx.ConnectError(f"Could not connect to {host}:{port}: {exc.strerror or exc}") from None
+        conn.on_close = self._all.discard
+        self._all.add(conn)
+        return conn
+
+    async def send_raw(
+        self, origin: Origin, payload: bytes, *, connect_timeout: float | None, read_timeout: float | None
+    ) -> RawResponse:
+        """Write one complete HTTP/1.1 request (head and body) and return once the response head arrived."""
+        for attempt in (0, 1):
+            conn = self._take_idle(origin)
+            reused = conn is not None
+            if conn is None:
+                conn = await self._connect(origin, connect_timeout)
+            conn.reset()
+            assert conn.transport is not None
+            try:
+                conn.transport.write(payload)
+                while not conn.headers_done:
+                    if conn.error is not None or conn.closed:
+                        raise conn.error or httpx.RemoteProtocolError("Upstream closed the connection.")
+                    await conn.wait(read_timeout)
+            except httpx.RemoteProtocolError:
+                conn.close()
+                if reused and not conn.received_any and attempt == 0:
+                    continue  # the server closed an idle keep-alive connection as we reused it: retry once
+                raise
+            except BaseException:
+                conn.close()
+                raise
+            return RawResponse(conn.status, conn.headers, _Body(self, origin, conn, read_timeout))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """The httpx transport interface, so any httpx.AsyncClient can use this pool."""
+        url = request.url
+        timeouts: dict[str, Any] = request.extensions.get("timeout", {})
+        body = request.content
+        head = [f"{request.method} {url.raw_path.decode()} HTTP/1.1\r\nHost: {url.netloc.decode()}\r\n".encode()]
+        for name, value in request.headers.raw:
+            if name.lower() not in _HOP_BY_HOP:
+                head.append(name + b": " + value + b"\r\n")
+        head.append(b"Content-Length: %d\r\n\r\n" % len(body))
+        raw = await self.send_raw(
+            origin_of(url),
+            b"".join(head) + body,
+            connect_timeout=timeouts.get("connect"),
+            read_timeout=timeouts.get("read"),
+        )
+        return httpx.Response(
+            status_code=raw.status, headers=raw.headers, stream=raw.body, extensions={"http_version": b"HTTP/1.1"}
+        )
+
+    async def aclose(self) -> None:
+        for conn in list(self._all):
+            conn.close()
+        self._all.clear()
+        self._idle.clear()
