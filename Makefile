@@ -33,7 +33,7 @@ venv: $(VENV)/.installed
 run: venv
 	$(PY) manage.py migrate --noinput
 	$(PY) manage.py seed_demo
-	$(VENV)/bin/uvicorn controlplane.asgi:application --host $(HOST) --port $(PORT) --no-access-log
+	$(PY) manage.py run_embedded --host $(HOST) --port $(PORT)
 
 test: venv
 	$(MAKE) test-pg

@@ -340,6 +340,13 @@ class GatewayApp:
         provider = snap.providers.get(target.provider)
         if provider is None:
             raise _Reject(502, f"Provider `{target.provider}` is not configured.", kind="server_error", code="no_route")
+        if provider.protocol not in ADAPTERS:
+            raise _Reject(
+                502,
+                f"Provider `{provider.name}` speaks `{provider.protocol}`, which this gateway cannot call yet.",
+                kind="server_error",
+                code="unsupported_protocol",
+            )
         adapter = self._adapter(provider)
         body = call.raw
         if target.model != call.requested_model:
@@ -464,7 +471,7 @@ class GatewayApp:
         transport = self._transports.get(provider.name)
         if transport is None:
             transport = self._transports[provider.name] = FastTransport()
-        adapter = ADAPTERS.get(provider.protocol, OpenAIAdapter)(provider, transport)
+        adapter = ADAPTERS[provider.protocol](provider, transport)
         self._adapters[provider.name] = (provider, adapter)
         return adapter
 

@@ -14,14 +14,16 @@ from django.core.management.base import BaseCommand
 from django.db import transaction
 
 from catalog.enums import ScopeType
-from catalog.models import Agent, Application, LlmModel, Provider, Team
+from catalog.keys import key_hash
+from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
+from catalog.services import api_key_create
 from chains.services import ChainInput, EntryInput, chain_create
 from routing.models import Alias, RoutingRule
 
 PROVIDERS = [
-    # name, protocol, simulator path
+    # name, protocol, simulator path. The simulator speaks the OpenAI protocol for every provider.
     ("openai", "openai", "openai"),
-    ("anthropic", "anthropic", "anthropic"),
+    ("anthropic", "openai", "anthropic"),
     ("azure-openai", "openai", "azure"),
     ("mistral", "openai", "mistral"),
 ]
@@ -43,8 +45,10 @@ class Command(BaseCommand):
         password = self._admin()
         with transaction.atomic():
             created = self._catalog()
+        key = self._demo_key()
         self.stdout.write(self.style.SUCCESS("Demo data " + ("loaded." if created else "already present.")))
         self.stdout.write(f"Console: sign in as  admin / {password}")
+        self.stdout.write(f"Gateway demo key: {key}")
 
     def _admin(self) -> str:
         """Create the admin once; keep its password in var/ so every `make run` can print it."""
@@ -63,6 +67,19 @@ class Command(BaseCommand):
             path.chmod(0o600)
         user.groups.add(Group.objects.get(name="admin"))
         return path.read_text().strip()
+
+    def _demo_key(self) -> str:
+        """A gateway key for the admin, kept in var/ (embedded demo only) so `make run` can print it."""
+        path = settings.VAR_DIR / "demo_gateway_key"
+        admin = get_user_model()._default_manager.get(username="admin")
+        if path.exists():
+            secret = path.read_text().strip()
+            if ApiKey.objects.filter(hashed_secret=key_hash(secret), revoked_at=None).exists():
+                return secret
+        secret = api_key_create(actor=None, name="demo key", user=admin).secret
+        path.write_text(secret)
+        path.chmod(0o600)
+        return secret
 
     def _catalog(self) -> bool:
         if Provider.objects.exists():

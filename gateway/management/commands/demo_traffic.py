@@ -1,0 +1,77 @@
+"""Send demo traffic with a fault schedule: circuits open, fallbacks fire, circuits close again."""
+
+import time
+from collections import Counter
+from typing import Any
+
+import httpx
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Summarise the incident in one line."}]}
+
+
+class Command(BaseCommand):
+    help = "Drive the embedded demo: healthy traffic, an outage of openai, fallback, recovery."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--base-url", default="http://127.0.0.1:8000")
+        parser.add_argument("--simulator", default="http://127.0.0.1:8001")
+        parser.add_argument("--key", default="", help="gateway key (default: the demo key in var/)")
+        parser.add_argument("--rate", type=float, default=5.0, help="requests per second")
+        parser.add_argument("--outage", type=float, default=20.0, help="seconds the primary fails")
+
+    def handle(
+        self, *args: Any, base_url: str, simulator: str, key: str, rate: float, outage: float, **options: Any
+    ) -> None:
+        key = key or self._demo_key()
+        client = httpx.Client(timeout=30)
+        headers = {"authorization": f"Bearer {key}"}
+        try:
+            client.get(f"{simulator}/_sim/state").raise_for_status()
+        except httpx.HTTPError as exc:
+            raise CommandError(f"Simulator not reachable at {simulator} ({exc}); start `make run` first.") from None
+        started = time.monotonic()
+        counts: Counter[str] = Counter()
+
+        def send(phase: str, seconds: float) -> None:
+            end = time.monotonic() + seconds
+            last_print = 0.0
+            while time.monotonic() < end:
+                response = client.post(f"{base_url}/v1/chat/completions", json=BODY, headers=headers)
+                served = response.headers.get("x-vidai-model", "-")
+                label = f"{response.status_code} {served}" + (
+                    " (fallback)" if "x-vidai-fallback" in response.headers else ""
+                )
+                counts[label] += 1
+                now = time.monotonic()
+                if now - last_print >= 5:
+                    summary = ", ".join(f"{n}× {what}" for what, n in counts.most_common())
+                    self.stdout.write(f"[{now - started:5.0f}s] {phase}: {summary}")
+                    counts.clear()
+                    last_print = now
+                time.sleep(1 / rate)
+
+        self.stdout.write("Healthy traffic to gpt-4o (served by openai)…")
+        send("healthy", 10)
+        self.stdout.write("openai starts answering 503: watch the circuit open and the chain take over…")
+        client.put(f"{simulator}/_sim/providers/openai", json={"mode": "status", "status": 503})
+        send("outage", outage)
+        self.stdout.write("openai recovers; after the cooldown one probe closes the circuit…")
+        client.delete(f"{simulator}/_sim/providers/openai")
+        circuit = self._wait_closed(client, base_url, headers, send)
+        self.stdout.write(self.style.SUCCESS(f"Done: circuit {circuit}. See Provider Health and the audit log."))
+
+    def _wait_closed(self, client: httpx.Client, base_url: str, headers: dict[str, str], send: Any) -> str:
+        for _ in range(40):  # cooldowns are at least 30 s, at most the cap
+            send("recovery", 5)
+            probe = client.post(f"{base_url}/v1/chat/completions", json=BODY, headers=headers)
+            if "x-vidai-fallback" not in probe.headers and probe.status_code == 200:
+                return "closed again, traffic back on openai"
+        return "still open (cooldown longer than this demo waited)"
+
+    def _demo_key(self) -> str:
+        path = settings.VAR_DIR / "demo_gateway_key"
+        if not path.exists():
+            raise CommandError("No demo key: run `make run` (it seeds one) or pass --key.")
+        return path.read_text().strip()

@@ -1,0 +1,57 @@
+"""`make run`: the simulator, then ONE process serving the console and the gateway (embedded mode)."""
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+class Command(BaseCommand):
+    help = "Serve console + gateway in one process on --port, with the simulator on --simulator-port."
+
+    def add_arguments(self, parser: Any) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--simulator-port", type=int, default=8001)
+
+    def handle(self, *args: Any, host: str, port: int, simulator_port: int, **options: Any) -> None:
+        if not settings.EMBEDDED:
+            raise CommandError("run_embedded is for embedded mode (REDIS_URL unset); use run_gateway in production.")
+        simulator = subprocess.Popen(  # noqa: S603 - our own interpreter and command
+            [sys.executable, "manage.py", "run_simulator", "--host", "127.0.0.1", "--port", str(simulator_port)],
+            cwd=ROOT,
+        )
+        key_file = settings.VAR_DIR / "demo_gateway_key"
+        key = key_file.read_text().strip() if key_file.exists() else "<your gateway key>"
+        base = f"http://{host}:{port}"
+        self.stdout.write(
+            f"\nControl Plane (embedded) on {base}\n"
+            f"  console:   {base}/   (admin password: {settings.VAR_DIR / 'admin_password'})\n"
+            f"  gateway:   {base}/v1/chat/completions\n"
+            f"  simulator: http://127.0.0.1:{simulator_port}/_sim/state\n\n"
+            f"Try it:\n"
+            f"  curl -s {base}/v1/chat/completions -H 'Authorization: Bearer {key}' "
+            "-H 'Content-Type: application/json' "
+            """-d '{"model": "gpt-4o", "messages": [{"role": "user", "content": "Hello"}]}'\n"""
+            f"Watch circuits open and fallbacks fire: .venv/bin/python manage.py demo_traffic\n"
+        )
+        try:
+            uvicorn.run(
+                "controlplane.asgi:application",
+                host=host,
+                port=port,
+                http="httptools",
+                loop="uvloop",
+                lifespan="on",
+                access_log=False,
+                log_level="warning",
+            )
+        finally:
+            simulator.terminate()
+            simulator.wait(timeout=10)
