@@ -20,6 +20,7 @@ help:
 	@echo "make run   - start the console on http://$(HOST):$(PORT) (embedded mode, SQLite, demo data)"
 	@echo "make test  - run the whole test suite (PostgreSQL + Redis, then SQLite)"
 	@echo "make lint  - ruff"
+	@echo "make bench - breaker and gateway benchmarks (wrk, Redis)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "python3.12 not found: install Python 3.12 and retry" >&2; exit 1; }
@@ -47,6 +48,11 @@ test-pg: venv
 # Browser and production-mode (PostgreSQL + Redis) tests ran in the first pass.
 test-sqlite: venv
 	DATABASE_URL= REDIS_URL= $(VENV)/bin/pytest -m "not browser and not production" $(PYTEST_ARGS)
+
+# Benchmarks (need wrk and a local Redis); figures go in the README's Performance section.
+bench: venv
+	$(PY) bench/breaker.py
+	$(PY) bench/gateway.py
 
 lint: venv
 	$(VENV)/bin/ruff check .
