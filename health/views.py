@@ -63,14 +63,14 @@ def _utc(value: datetime) -> str:
 
 
 def _until(value: datetime, now: datetime) -> str:
-    """A countdown: "in 42 s" (up to two minutes), "in 4 min 12 s", "in 2 h 5 min"; "now" once reached."""
+    """A countdown: "in 42 s" (up to 90 s), "in 4 min 12 s", "in 2 h 5 min"; "now" once reached."""
     seconds = math.ceil((value - now).total_seconds())
     if seconds <= 0:
         return "now"
-    if seconds < 120:
+    if seconds < 90:
         return f"in {seconds} s"
     minutes, secs = divmod(seconds, 60)
-    if minutes < 10:
+    if minutes < 10:  # a countdown close enough to watch
         return f"in {minutes} min {secs} s" if secs else f"in {minutes} min"
     if minutes < 60:
         return f"in {minutes} min"
@@ -182,7 +182,8 @@ def _configure_context(
     current = config.as_dict()
     config_form = config_form or BreakerConfigForm.for_values(config)
     override_form = override_form or BreakerOverrideForm()
-    editing = override_form["provider"].value() or "", override_form["model"].value() or ""
+    overrides = breaker_override_list()
+    chosen = override_form["provider"].value() or "", override_form["model"].value() or ""
     fields = [
         FieldView(name=f, label=FIELD_LABELS[f], help=FIELD_HELP[f], inherited=_show(f, current[f]))
         for f in CONFIG_FIELDS
@@ -195,10 +196,11 @@ def _configure_context(
         "override_summary": override_form.error_summary() if override_form.is_bound else [],
         "config_fields": [(field, config_form[field.name]) for field in fields],
         "override_fields": [(field, override_form[field.name]) for field in fields],
-        "overrides": [_override_view(o) for o in breaker_override_list()],
+        "overrides": [_override_view(o) for o in overrides],
         "providers": list(provider_list().values_list("name", flat=True)),
         "models": list(llm_model_list().values_list("name", "provider__name")),
-        "editing": editing if all(editing) else None,
+        # The pair in the override form when it already has an override (saving replaces it).
+        "editing": chosen if any((o.provider, o.model) == chosen for o in overrides) else None,
     }
 
 

@@ -80,7 +80,7 @@ def test_reset_and_configure_through_the_console(page: Page, live_server, admin_
     reset_link.click()
     expect(dialog).to_be_visible()
     record(engine, "anthropic", "claude-haiku", [Outcome.of_status(500)] * 3)
-    expect(haiku.locator("td[data-label='In window']")).to_have_text("3 / 4 in window")
+    expect(haiku.locator("td[data-label='Failures']")).to_have_text("3 / 4 in window")
     expect(dialog).to_be_visible()
     expect(dialog.get_by_role("heading")).to_have_text("Reset openai / gpt-4o?")
 

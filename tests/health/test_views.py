@@ -132,7 +132,7 @@ def test_index_full_page_shows_every_column_of_an_open_circuit(admin_client, eng
         "Provider": "openai",
         "Model": "gpt-4o",
         "State": "Open",
-        "In window": "10 / 10 in window",
+        "Failures": "10 / 10 in window",
         "Cooldown": "in 60 s",
         "Last failure": "just now · 503",
         "Opens": "1",
@@ -153,7 +153,7 @@ def test_index_closed_circuit_has_no_cooldown_and_green_pill(admin_client, engin
         "Provider": "anthropic",
         "Model": "claude-haiku",
         "State": "Closed",
-        "In window": "3 / 10 in window",
+        "Failures": "3 / 10 in window",
         "Cooldown": "—",
         "Last failure": "just now · timeout",
         "Opens": "0",
@@ -335,7 +335,7 @@ def test_reset_over_htmx_flips_the_row_and_audits(admin_client, engine):
     assert response.status_code == 200
     assert response.content.decode().lstrip().startswith('<div id="circuit-table"')
     assert cells(row_html(response))["State"] == "Closed"
-    assert cells(row_html(response))["In window"] == "0 / 0 in window"
+    assert cells(row_html(response))["Failures"] == "0 / 0 in window"
     assert engine.get("openai", "gpt-4o").state is State.CLOSED
     event = AuditEvent.objects.get()
     assert (event.action, event.object_id, event.actor_name) == ("circuit.reset", "openai/gpt-4o", "alice")
@@ -721,3 +721,14 @@ def test_reset_urls_named(engine):
     assert reverse("health:index") == INDEX_URL
     assert reverse("health:reset") == RESET_URL
     assert reverse("health:configure") == CONFIGURE_URL
+
+
+def test_override_form_for_a_new_pair_says_add(admin_client, engine, catalog):
+    response = admin_client.post(
+        OVERRIDE_URL,
+        {"override-provider": "openai", "override-model": "gpt-4o", "override-initial_cooldown_seconds": "10"},
+        headers=HX,
+    )
+
+    assert "<h4>Add an override</h4>" in response.content.decode()
+    assert "Edit the override" not in response.content.decode()
