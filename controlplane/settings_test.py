@@ -6,6 +6,8 @@ import tempfile
 
 # Tests run in "production" mode when REDIS_URL is set; give them a throwaway key.
 os.environ.setdefault("SECRET_KEY", secrets.token_urlsafe(50))
+# Each test run gets its own breaker keys in the shared Redis, so concurrent runs never meet.
+os.environ.setdefault("BREAKER_REDIS_NAMESPACE", f"test:breaker:{os.getpid()}")
 
 from controlplane.settings import *  # noqa: F403
 

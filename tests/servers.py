@@ -1,5 +1,6 @@
 """Run an ASGI app on a real socket in a background thread, for tests over the network."""
 
+import asyncio
 import contextlib
 import threading
 import time
@@ -37,3 +38,21 @@ def serve(app: Any, *, host: str = "127.0.0.1", lifespan: bool = False) -> Itera
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def run_async(coroutine: Any) -> Any:
+    """asyncio.run in a fresh thread: the test thread may already run a loop (Playwright's sync API)."""
+    result: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            result["value"] = asyncio.run(coroutine)
+        except BaseException as exc:
+            result["error"] = exc
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join()
+    if "error" in result:
+        raise result["error"]
+    return result.get("value")

@@ -8,7 +8,7 @@ import pytest
 
 from gateway.simulator import Simulator
 from gateway.upstream.transport import FastTransport, origin_of
-from tests.servers import serve
+from tests.servers import run_async, serve
 
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 
@@ -58,7 +58,7 @@ def test_httpx_client_over_the_transport_reuses_one_connection():
                 responses = [await client.post(f"{url}/openai/v1/chat/completions", content=BODY) for _ in range(3)]
                 return responses, len(transport._all)
 
-        responses, open_connections = asyncio.run(run())
+        responses, open_connections = run_async(run())
 
     assert [r.status_code for r in responses] == [200, 200, 200]
     assert responses[0].json()["model"] == "m"
@@ -84,7 +84,7 @@ def test_close_delimited_and_chunked_bodies_are_read_whole():
             closed = await second.body.aread()
             return chunked, closed
 
-    assert asyncio.run(run()) == (b"hello world", b"until the end")
+    assert run_async(run()) == (b"hello world", b"until the end")
 
 
 def test_reused_connection_closed_by_the_server_is_retried_once():
@@ -103,7 +103,7 @@ def test_reused_connection_closed_by_the_server_is_retried_once():
             second = await (await transport.send_raw(origin, payload, connect_timeout=2, read_timeout=2)).body.aread()
             return first, second, len(connections)
 
-    first, second, connections = asyncio.run(run())
+    first, second, connections = run_async(run())
 
     assert (first, second) == (b"ok", b"ok")
     assert connections == 2
@@ -125,7 +125,7 @@ def test_truncated_body_raises_and_the_connection_is_not_reused():
                 await response.body.aread()
             return transport._idle.get(origin, [])
 
-    assert asyncio.run(run()) == []
+    assert run_async(run()) == []
 
 
 def test_silent_server_is_a_read_timeout_and_refused_port_a_connect_error():
@@ -142,7 +142,7 @@ def test_silent_server_is_a_read_timeout_and_refused_port_a_connect_error():
             with pytest.raises(httpx.ConnectError):
                 await transport.send_raw(("http", "127.0.0.1", 9), payload, connect_timeout=2, read_timeout=0.2)
 
-    asyncio.run(run())
+    run_async(run())
 
 
 def test_origin_of_fills_default_ports():
