@@ -30,6 +30,8 @@ import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
 BODY = '{"model":"gpt-4o","messages":[{"role":"user","content":"Say hello in five words."}]}'
+# gpt-4o-b's provider always answers 503: once its circuit is open, its chain serves (fallback runs).
+FALLBACK_BODY = BODY.replace('"gpt-4o"', '"gpt-4o-b"')
 STREAM_BODY = '{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Say hello."}]}'
 
 
@@ -64,9 +66,12 @@ from catalog.services import api_key_create
 from chains.services import ChainInput, EntryInput, chain_create
 openai = Provider.objects.create(name="openai", base_url="{sim_url}/openai/v1", api_key="sk-bench")
 backup = Provider.objects.create(name="backup", base_url="{sim_url}/backup/v1", api_key="sk-bench")
+broken = Provider.objects.create(name="broken", base_url="{sim_url}/fail-503/v1", api_key="sk-bench")
 LlmModel.objects.create(name="gpt-4o", provider=openai, input_price_per_mtok=Decimal("2.5"), output_price_per_mtok=10)
 LlmModel.objects.create(name="claude", provider=backup, input_price_per_mtok=Decimal("3"), output_price_per_mtok=15)
+LlmModel.objects.create(name="gpt-4o-b", provider=broken, input_price_per_mtok=Decimal("2.5"), output_price_per_mtok=10)
 chain_create(actor=None, data=ChainInput(name="bench", source_model="gpt-4o", entries=[EntryInput("claude")]))
+chain_create(actor=None, data=ChainInput(name="broken", source_model="gpt-4o-b", entries=[EntryInput("claude")]))
 user = get_user_model().objects.create_user("bench")
 print(api_key_create(actor=None, name="bench", user=user).secret)
 """
@@ -216,31 +221,26 @@ def main() -> None:
         rows = []
         direct_url = f"{sim_url}/openai/v1/chat/completions"
         gateway_url = f"{gw_url}/v1/chat/completions"
+        headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+        for _ in range(12):  # open gpt-4o-b's circuit (5 failures among at least 10 requests)
+            httpx.post(gateway_url, content=FALLBACK_BODY, headers=headers)
+        check = httpx.post(gateway_url, content=FALLBACK_BODY, headers=headers)
+        assert check.headers.get("x-vidai-fallback") == "true", "circuit did not open"
         wrk(gateway_url, key, 16, 2)  # warm up connection pools and caches
+        wrk(gateway_url, key, 16, 2, FALLBACK_BODY)
         cpu_before, _ = proc_stats(gw_pid)
         gateway_requests = 0
+        fallback_rows = []
+        # Interleaved per concurrency, so drift on a shared machine affects all three alike.
         for c in concurrencies:
             direct = wrk(direct_url, None, c, args.duration)
             through = wrk(gateway_url, key, c, args.duration)
             gateway_requests += through["requests"]
+            cpu_mid, _ = proc_stats(gw_pid)
+            fallback_rows.append((c, wrk(gateway_url, key, c, args.duration, FALLBACK_BODY)))
+            cpu_before += proc_stats(gw_pid)[0] - cpu_mid  # CPU per request counts healthy runs only
             rows.append((c, direct, through))
         cpu_after, rss = proc_stats(gw_pid)
-
-        # Primary failing: open its circuit, then measure fallback serving from the chain.
-        httpx.put(f"{sim_url}/_sim/providers/openai", json={"mode": "status", "status": 503})
-        for _ in range(12):
-            httpx.post(
-                gateway_url,
-                content=BODY,
-                headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
-            )
-        check = httpx.post(
-            gateway_url, content=BODY, headers={"authorization": f"Bearer {key}", "content-type": "application/json"}
-        )
-        assert check.headers.get("x-vidai-fallback") == "true", "circuit did not open"
-        fallback_rows = [(c, wrk(gateway_url, key, c, args.duration)) for c in concurrencies]
-        httpx.delete(f"{sim_url}/_sim/providers/openai")
-        httpx.post(f"{sim_url}/_sim/reset")
 
         n = 400
         ttfb_direct = ttfb(sim_url, "/backup/v1/chat/completions", None, n)
