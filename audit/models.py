@@ -1,4 +1,3 @@
-from django.conf import settings
 from django.db import models
 
 
@@ -6,7 +5,9 @@ class AuditEvent(models.Model):
     """Append-only record of a change. Never updated or deleted (a PostgreSQL trigger refuses both)."""
 
     created_at = models.DateTimeField()
-    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    # A plain id, not a foreign key: deleting a user must neither change an event (SET NULL would
+    # break the hash chain, and PostgreSQL's trigger refuses it) nor be blocked by the audit log.
+    actor_id = models.BigIntegerField(null=True)
     # Kept as text so the event still names its actor after the user is deleted.
     actor_name = models.CharField(max_length=150)
     action = models.CharField(max_length=64)

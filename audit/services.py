@@ -40,7 +40,7 @@ def audit_record(
     actor_obj = actor if getattr(actor, "is_authenticated", False) else None
     event = AuditEvent(
         created_at=timezone.now(),
-        actor=actor_obj,
+        actor_id=actor_obj.pk if actor_obj else None,
         actor_name=actor_obj.get_username() if actor_obj else "system",
         action=action,
         object_type=object_type,

@@ -78,3 +78,17 @@ def test_postgres_trigger_refuses_update_and_delete(sql):
 
     assert "append-only" in str(exc.value)
     assert AuditEvent.objects.get().action == "test.event"
+
+
+def test_deleting_a_user_keeps_the_audit_chain_intact(django_user_model, capsys):
+    user = django_user_model.objects.create_user("leaver")
+    user_id = user.pk
+    with transaction.atomic():
+        event = audit_record(actor=user, action="test.event", object_type="thing", object_id=1)
+
+    user.delete()
+
+    call_command("verify_audit")
+    assert capsys.readouterr().out.strip() == "Audit chain intact: 1 events verified."
+    stored = AuditEvent.objects.get(pk=event.pk)
+    assert (stored.actor_id, stored.actor_name) == (user_id, "leaver")
