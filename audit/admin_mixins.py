@@ -65,6 +65,9 @@ class AuditedAdminMixin:
         transaction.on_commit(config_publish)
 
     def delete_queryset(self, request: Any, queryset: Any) -> None:
-        # One audited delete per object, so bulk deletes leave the same trail.
-        for obj in queryset:
-            self.delete_model(request, obj)
+        # One audited delete per object, so bulk deletes leave the same trail. Django's
+        # delete_selected action runs outside a transaction: without this block the first
+        # delete would commit on its own and the audit write would refuse to run.
+        with transaction.atomic():
+            for obj in queryset:
+                self.delete_model(request, obj)
