@@ -8,6 +8,7 @@ from audit import api_urls as audit_api
 from catalog import api_urls as catalog_api
 from chains import api_urls as chains_api
 from controlplane import views
+from controlplane.permissions import IsAdminRole
 from health import api_urls as health_api
 
 api_urlpatterns = [
@@ -15,7 +16,8 @@ api_urlpatterns = [
     *catalog_api.api_urlpatterns,
     *audit_api.api_urlpatterns,
     *health_api.api_urlpatterns,
-    path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    # The schema maps every configuration endpoint: admin only, like the endpoints themselves.
+    path("schema/", SpectacularAPIView.as_view(permission_classes=[IsAdminRole]), name="api-schema"),
 ]
 
 urlpatterns = [

@@ -117,6 +117,22 @@ def test_denied_response_explains_the_role(user_client, anon_client, objects):
     assert anon_client.get("/api/chains/").json() == {"detail": "Authentication credentials were not provided."}
 
 
+def test_schema_is_admin_only(role_client):
+    role, client = role_client
+
+    response = client.get("/api/schema/", {"format": "json"})
+
+    assert response.status_code == READ_STATUS[role]
+
+
+def test_schema_refusal_explains_the_role(user_client, anon_client):
+    as_user = user_client.get("/api/schema/", {"format": "json"})
+    as_anonymous = anon_client.get("/api/schema/", {"format": "json"})
+
+    assert as_user.json() == {"detail": "Only the admin role may use this endpoint."}
+    assert as_anonymous.json() == {"detail": "Authentication credentials were not provided."}
+
+
 def test_audit_read_is_for_admin_and_bi_read_only(role_client):
     role, client = role_client
 
