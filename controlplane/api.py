@@ -7,6 +7,8 @@ Input validation raises ValidationFailed, so every 400 has the `{"detail", "erro
 from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
 from rest_framework import serializers, status
 from rest_framework.exceptions import AuthenticationFailed, NotAuthenticated
 from rest_framework.pagination import PageNumberPagination
@@ -20,7 +22,14 @@ from controlplane.errors import ApplicationError, ValidationFailed
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Map ApplicationError to 400/409 with a message and per-field errors."""
+    """Map ApplicationError to 400/409 with a message and per-field errors, an oversized body to 413."""
+    if isinstance(exc, RequestDataTooBig):
+        # Raised by Django when the parser reads the body; unhandled it becomes an HTML 400.
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        return Response(
+            {"detail": f"Request body is too large: the limit is {limit} bytes."},
+            status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
     if isinstance(exc, ApplicationError):
         body: dict[str, Any] = {"detail": exc.message}
         if exc.errors:

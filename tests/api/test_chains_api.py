@@ -239,6 +239,17 @@ def test_chain_create_refuses_malformed_json(admin_client, catalog):
     assert_nothing_saved()
 
 
+def test_chain_create_with_an_oversized_body_is_413_json(admin_client, catalog):
+    # Over DATA_UPLOAD_MAX_MEMORY_SIZE (Django's default, 2.5 MiB).
+    body = {"name": "x" * 3_000_000, "source_model": "gpt-4o", "entries": [{"model": "claude-sonnet"}]}
+
+    response = post_json(admin_client, LIST_URL, body)
+
+    assert (response.status_code, response["Content-Type"]) == (413, "application/json")
+    assert response.json() == {"detail": "Request body is too large: the limit is 2621440 bytes."}
+    assert_nothing_saved()
+
+
 # --- read ------------------------------------------------------------------------------------
 
 
