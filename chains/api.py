@@ -13,7 +13,13 @@ from catalog.api import ScopeOutputSerializer, ScopeSerializer, scope_fields
 from chains.models import FallbackChain
 from chains.selectors import CHAIN_ORDERINGS, DEFAULT_CHAIN_ORDERING, chain_get, chain_list, chain_snapshot
 from chains.services import ChainInput, EntryInput, chain_create, chain_delete, chain_update
-from controlplane.api import StandardPagination, StrictBooleanField, input_validate, paginated_response
+from controlplane.api import (
+    StandardPagination,
+    StrictBooleanField,
+    input_validate,
+    nested_input_validate,
+    paginated_response,
+)
 from controlplane.errors import ValidationFailed
 
 
@@ -158,6 +164,14 @@ class ChainUpdateApi(APIView):
             raise ValidationFailed(
                 "version is required: send the version you edited.", errors={"version": ["This field is required."]}
             )
+        # partial=True skips the required fields inside nested objects too: an entry or a scope that is
+        # sent must be complete.
+        if "entries" in data:
+            data["entries"] = nested_input_validate(
+                ChainEntrySerializer(data=request.data["entries"], many=True), field="entries"
+            )
+        if "scope" in data:
+            data["scope"] = nested_input_validate(ScopeSerializer(data=request.data["scope"]), field="scope")
         merged = {**chain_snapshot(chain), **data}
         chain = chain_update(actor=request.user, chain_id=chain_id, version=data["version"], data=_chain_input(merged))
         return Response(ChainDetailApi.OutputSerializer(chain).data)

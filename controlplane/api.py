@@ -69,10 +69,24 @@ def _flatten(detail: Any, prefix: str, out: dict[str, list[str]]) -> None:
 
 def input_validate(serializer: serializers.Serializer) -> dict[str, Any]:
     """Validated data, or ValidationFailed with field paths like "entries.0.model" (the services' keys)."""
+    return dict(_validated(serializer, prefix=""))
+
+
+def nested_input_validate(serializer: serializers.BaseSerializer, *, field: str) -> Any:
+    """A nested object (or list of them) sent in a PATCH, validated whole; errors are prefixed with `field`.
+
+    With partial=True DRF drops the required checks inside nested serializers too, so a PATCH
+    validates each nested value it received again with a non-partial serializer.
+    """
+    data = _validated(serializer, prefix=field)
+    return [dict(item) for item in data] if isinstance(data, list) else dict(data)
+
+
+def _validated(serializer: serializers.BaseSerializer, *, prefix: str) -> Any:
     if serializer.is_valid():
-        return dict(serializer.validated_data)
+        return serializer.validated_data
     errors: dict[str, list[str]] = {}
-    _flatten(serializer.errors, "", errors)
+    _flatten(serializer.errors, prefix, errors)
     field_name, messages = next(iter(errors.items()))
     summary = messages[0] if field_name == "__all__" else f"{field_name}: {messages[0]}"
     raise ValidationFailed(summary, errors=errors)

@@ -8,7 +8,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.api import ScopeOutputSerializer, ScopeSerializer, scope_fields
-from controlplane.api import StandardPagination, StrictBooleanField, input_validate, paginated_response
+from controlplane.api import (
+    StandardPagination,
+    StrictBooleanField,
+    input_validate,
+    nested_input_validate,
+    paginated_response,
+)
 from routing.selectors import alias_list, routing_rule_list
 from routing.services import (
     AliasInput,
@@ -114,6 +120,9 @@ class RoutingRuleUpdateApi(APIView):
     def _update(request: Request, rule_id: int, *, partial: bool) -> Response:
         rule = get_object_or_404(routing_rule_list(), pk=rule_id)
         data = input_validate(RoutingRuleCreateApi.InputSerializer(data=request.data, partial=partial))
+        if partial and "scope" in data:
+            # partial=True skips the required fields inside the scope too: a scope that is sent must be complete.
+            data["scope"] = nested_input_validate(ScopeSerializer(data=request.data["scope"]), field="scope")
         current = {
             "name": rule.name,
             "source_model": rule.source_model.name,

@@ -572,6 +572,46 @@ def test_chain_patch_refuses_wrong_types(admin_client, catalog):
     }
 
 
+@pytest.mark.parametrize(
+    ("body", "detail", "errors"),
+    [
+        (
+            {"entries": [{}]},
+            "entries.0.model: This field is required.",
+            {"entries.0.model": ["This field is required."]},
+        ),
+        (
+            {"entries": [{"model": "gemini-pro"}, {"provider": "openai"}]},
+            "entries.1.model: This field is required.",
+            {"entries.1.model": ["This field is required."]},
+        ),
+        ({"scope": {"id": 3}}, "scope.type: This field is required.", {"scope.type": ["This field is required."]}),
+        ({"scope": {}}, "scope.type: This field is required.", {"scope.type": ["This field is required."]}),
+    ],
+)
+def test_chain_patch_refuses_incomplete_nested_objects(admin_client, catalog, body, detail, errors):
+    created = create_chain(admin_client)
+
+    response = patch_json(admin_client, f"/api/chains/{created['id']}/", {**body, "version": 1})
+
+    assert response.status_code == 400
+    assert response.json() == {"detail": detail, "errors": errors}
+    chain = FallbackChain.objects.get()
+    assert (chain.version, [e.model.name for e in chain.entries.all()]) == (1, ["claude-sonnet", "gemini-pro"])
+    assert AuditEvent.objects.count() == 1
+
+
+def test_chain_patch_with_a_complete_entry_fills_its_defaults(admin_client, catalog):
+    created = create_chain(admin_client)
+
+    response = patch_json(
+        admin_client, f"/api/chains/{created['id']}/", {"entries": [{"model": "gemini-pro"}], "version": 1}
+    )
+
+    assert response.status_code == 200
+    assert response.json()["entries"] == [{"model": "gemini-pro", "provider": None}]
+
+
 # --- delete ----------------------------------------------------------------------------------
 
 

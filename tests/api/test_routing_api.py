@@ -101,6 +101,35 @@ def test_routing_rule_patch_and_put(admin_client, catalog):
     ]
 
 
+@pytest.mark.parametrize(
+    ("scope", "detail", "errors"),
+    [
+        ({}, "scope.type: This field is required.", {"scope.type": ["This field is required."]}),
+        ({"id": 3}, "scope.type: This field is required.", {"scope.type": ["This field is required."]}),
+        (None, "scope: This field may not be null.", {"scope": ["This field may not be null."]}),
+    ],
+)
+def test_routing_rule_patch_refuses_an_incomplete_scope(admin_client, catalog, scope, detail, errors):
+    rule = RoutingRuleFactory(name="r", source_model=catalog["gpt-4o"], target_model=catalog["gpt-4o-mini"])
+
+    response = patch_json(admin_client, f"/api/routing-rules/{rule.pk}/", {"scope": scope})
+
+    assert response.status_code == 400
+    assert response.json() == {"detail": detail, "errors": errors}
+    rule.refresh_from_db()
+    assert (rule.scope_type, rule.scope_id) == ("global", None)
+    assert AuditEvent.objects.count() == 0
+
+
+def test_routing_rule_patch_with_a_complete_scope_moves_the_rule(admin_client, catalog):
+    team = TeamFactory()
+    rule = RoutingRuleFactory(name="r", source_model=catalog["gpt-4o"], target_model=catalog["gpt-4o-mini"])
+
+    response = patch_json(admin_client, f"/api/routing-rules/{rule.pk}/", {"scope": {"type": "team", "id": team.pk}})
+
+    assert (response.status_code, response.json()["scope"]) == (200, {"type": "team", "id": team.pk})
+
+
 def test_routing_rule_delete(admin_client, catalog):
     rule = RoutingRuleFactory()
 
