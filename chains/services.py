@@ -192,14 +192,33 @@ def _lock(chain_id: int, version: int | None) -> FallbackChain:
     return chain
 
 
+def _resolved_snapshot(r: _Resolved) -> dict[str, object]:
+    """What chain_snapshot would return once `r` is saved."""
+    return {
+        "name": r.name,
+        "source_model": r.source.name,
+        "entries": [
+            {"model": model.name, "provider": provider.name if provider else None} for model, provider in r.entries
+        ],
+        "scope": {"type": r.scope.type, "id": r.scope.id},
+        "enabled": r.enabled,
+    }
+
+
 @transaction.atomic
 def chain_update(*, actor: Any, chain_id: int, version: int, data: ChainInput) -> FallbackChain:
-    """Replace a chain's fields and entries if `version` is current; audit the changed fields."""
+    """Replace a chain's fields and entries if `version` is current; audit the changed fields.
+
+    An update that changes nothing keeps the version and writes no audit event.
+    """
     if version is None:
         raise ValidationFailed("version is required.", errors={"version": ["Send the version you edited."]})
     locked = _lock(chain_id, version)
     before = chain_snapshot(chain_get(chain_id=locked.pk))
     r = _resolve(data, exclude_chain_id=locked.pk)
+    if _resolved_snapshot(r) == before:
+        # Nothing changed: keep the version, so other editors holding it get no spurious conflict.
+        return chain_get(chain_id=locked.pk)
     try:
         with transaction.atomic():
             FallbackChain.objects.filter(pk=locked.pk).update(

@@ -522,6 +522,19 @@ def test_chain_patch_can_move_the_chain_to_another_scope(admin_client, catalog):
     assert response.json()["scope"] == {"type": "team", "id": team.pk}
 
 
+@pytest.mark.parametrize("body", [{"version": 1}, {"colour": "blue", "version": 1}, {"enabled": True, "version": 1}])
+def test_chain_patch_that_changes_nothing_keeps_the_version(admin_client, catalog, body):
+    created = create_chain(admin_client)
+    url = f"/api/chains/{created['id']}/"
+
+    response = patch_json(admin_client, url, body)
+    other_editor = patch_json(admin_client, url, {"name": "Other edit", "version": 1})
+
+    assert (response.status_code, response.json()["version"]) == (200, 1)
+    assert (other_editor.status_code, other_editor.json()["version"]) == (200, 2)
+    assert list(AuditEvent.objects.order_by("id").values_list("action", flat=True)) == ["chain.create", "chain.update"]
+
+
 def test_chain_patch_requires_version(admin_client, catalog):
     created = create_chain(admin_client)
 

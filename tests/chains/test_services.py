@@ -145,6 +145,30 @@ def test_chain_update_audits_only_changed_fields(models, admin_user):
     }
 
 
+def test_chain_update_that_changes_nothing_keeps_the_version(models, admin_user, django_capture_on_commit_callbacks):
+    chain = chain_create(actor=admin_user, data=make_input())
+
+    with django_capture_on_commit_callbacks() as callbacks:
+        updated = chain_update(
+            actor=admin_user, chain_id=chain.pk, version=1, data=make_input(name=" Primary fallback ")
+        )
+
+    chain.refresh_from_db()
+    assert (updated.version, chain.version) == (1, 1)
+    assert list(AuditEvent.objects.values_list("action", flat=True)) == ["chain.create"]
+    assert callbacks == []
+
+
+def test_chain_update_after_a_no_op_accepts_the_same_version(models, admin_user):
+    chain = chain_create(actor=admin_user, data=make_input())
+    chain_update(actor=admin_user, chain_id=chain.pk, version=1, data=make_input())
+
+    updated = chain_update(actor=admin_user, chain_id=chain.pk, version=1, data=make_input(enabled=False))
+
+    assert (updated.version, updated.enabled) == (2, False)
+    assert list(AuditEvent.objects.order_by("id").values_list("action", flat=True)) == ["chain.create", "chain.update"]
+
+
 def test_chain_update_invalid_leaves_chain_untouched(models, admin_user):
     chain = chain_create(actor=admin_user, data=make_input())
 
