@@ -1,11 +1,13 @@
 """Breaker API: circuits, reset, global thresholds and per-circuit overrides. Admin only (the default).
 
-Input validation lives in the services so the console and the API give the same per-field messages.
+Input validation lives in the services so the console and the API give the same per-field messages;
+the input serializers here document the bodies in the OpenAPI schema and are not used to validate.
 """
 
 from typing import Any
 
 from django.http import Http404
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,12 +38,18 @@ class CircuitOutputSerializer(serializers.Serializer):
     cooldown_until = serializers.DateTimeField(allow_null=True)
     consecutive_opens = serializers.IntegerField()
     last_failure_at = serializers.DateTimeField(allow_null=True)
-    last_failure_status = serializers.JSONField(allow_null=True)
+    last_failure_status = serializers.JSONField(
+        allow_null=True, help_text="The last failure's HTTP status code, or its kind (such as a timeout)."
+    )
+
+    class Meta:
+        ref_name = "Circuit"
 
 
 class CircuitListApi(APIView):
     """GET: every tracked circuit."""
 
+    @extend_schema(operation_id="circuit_list", responses=CircuitOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
         return Response(CircuitOutputSerializer(circuit_list(), many=True).data)
 
@@ -49,47 +57,61 @@ class CircuitListApi(APIView):
 class CircuitResetApi(APIView):
     """POST {"provider", "model"}: close the circuit now (audited). Replies with the circuit after reset."""
 
+    class InputSerializer(serializers.Serializer):
+        provider = serializers.CharField()
+        model = serializers.CharField()
+
+        class Meta:
+            ref_name = "CircuitResetInput"
+
+    class OutputSerializer(serializers.Serializer):
+        circuit = CircuitOutputSerializer(help_text="The circuit after the reset.")
+        previous = CircuitOutputSerializer(help_text="The circuit as it was when reset.")
+
+        class Meta:
+            ref_name = "CircuitReset"
+
+    @extend_schema(operation_id="circuit_reset", request=InputSerializer, responses=OutputSerializer)
     def post(self, request: Request) -> Response:
         body = _body(request)
         before = circuit_reset(actor=request.user, provider=body.get("provider"), model=body.get("model"))
         after = circuit_get(provider=before.provider, model=before.model)
-        return Response(
-            {
-                "circuit": CircuitOutputSerializer(after).data,
-                "previous": CircuitOutputSerializer(before).data,
-            }
-        )
-
-
-class BreakerConfigOutputSerializer(serializers.Serializer):
-    failure_threshold = serializers.IntegerField()
-    window_seconds = serializers.IntegerField()
-    minimum_requests = serializers.IntegerField()
-    initial_cooldown_seconds = serializers.IntegerField()
-    cooldown_cap_seconds = serializers.IntegerField()
-    failure_status_codes = serializers.ListField(child=serializers.IntegerField())
+        return Response(CircuitResetApi.OutputSerializer({"circuit": after, "previous": before}).data)
 
 
 class BreakerConfigApi(APIView):
     """GET the global thresholds; PUT new values (fields left out keep theirs)."""
 
-    def get(self, request: Request) -> Response:
-        return Response(BreakerConfigOutputSerializer(breaker_config_get().as_dict()).data)
+    class InputSerializer(serializers.Serializer):
+        failure_threshold = serializers.IntegerField(required=False)
+        window_seconds = serializers.IntegerField(required=False)
+        minimum_requests = serializers.IntegerField(required=False)
+        initial_cooldown_seconds = serializers.IntegerField(required=False)
+        cooldown_cap_seconds = serializers.IntegerField(required=False)
+        failure_status_codes = serializers.ListField(child=serializers.IntegerField(), required=False)
 
+        class Meta:
+            ref_name = "BreakerConfigInput"
+
+    class OutputSerializer(serializers.Serializer):
+        failure_threshold = serializers.IntegerField()
+        window_seconds = serializers.IntegerField()
+        minimum_requests = serializers.IntegerField()
+        initial_cooldown_seconds = serializers.IntegerField()
+        cooldown_cap_seconds = serializers.IntegerField()
+        failure_status_codes = serializers.ListField(child=serializers.IntegerField())
+
+        class Meta:
+            ref_name = "BreakerConfig"
+
+    @extend_schema(operation_id="breaker_config_detail", responses=OutputSerializer)
+    def get(self, request: Request) -> Response:
+        return Response(BreakerConfigApi.OutputSerializer(breaker_config_get().as_dict()).data)
+
+    @extend_schema(operation_id="breaker_config_update", request=InputSerializer, responses=OutputSerializer)
     def put(self, request: Request) -> Response:
         values = breaker_config_update(actor=request.user, data=_body(request))
-        return Response(BreakerConfigOutputSerializer(values.as_dict()).data)
-
-
-class BreakerOverrideOutputSerializer(serializers.Serializer):
-    provider = serializers.CharField()
-    model = serializers.CharField()
-    failure_threshold = serializers.IntegerField(allow_null=True)
-    window_seconds = serializers.IntegerField(allow_null=True)
-    minimum_requests = serializers.IntegerField(allow_null=True)
-    initial_cooldown_seconds = serializers.IntegerField(allow_null=True)
-    cooldown_cap_seconds = serializers.IntegerField(allow_null=True)
-    failure_status_codes = serializers.ListField(child=serializers.IntegerField(), allow_null=True)
+        return Response(BreakerConfigApi.OutputSerializer(values.as_dict()).data)
 
 
 def _override_or_404(provider: str, model: str) -> dict[str, object]:
@@ -102,15 +124,42 @@ def _override_or_404(provider: str, model: str) -> dict[str, object]:
 class BreakerOverrideApi(APIView):
     """GET/PUT/DELETE the override of one (provider, model). PUT replaces it; empty fields inherit."""
 
-    def get(self, request: Request, provider: str, model: str) -> Response:
-        return Response(BreakerOverrideOutputSerializer(_override_or_404(provider, model)).data)
+    class InputSerializer(serializers.Serializer):
+        failure_threshold = serializers.IntegerField(required=False, allow_null=True)
+        window_seconds = serializers.IntegerField(required=False, allow_null=True)
+        minimum_requests = serializers.IntegerField(required=False, allow_null=True)
+        initial_cooldown_seconds = serializers.IntegerField(required=False, allow_null=True)
+        cooldown_cap_seconds = serializers.IntegerField(required=False, allow_null=True)
+        failure_status_codes = serializers.ListField(child=serializers.IntegerField(), required=False, allow_null=True)
 
+        class Meta:
+            ref_name = "BreakerOverrideInput"
+
+    class OutputSerializer(serializers.Serializer):
+        provider = serializers.CharField()
+        model = serializers.CharField()
+        failure_threshold = serializers.IntegerField(allow_null=True)
+        window_seconds = serializers.IntegerField(allow_null=True)
+        minimum_requests = serializers.IntegerField(allow_null=True)
+        initial_cooldown_seconds = serializers.IntegerField(allow_null=True)
+        cooldown_cap_seconds = serializers.IntegerField(allow_null=True)
+        failure_status_codes = serializers.ListField(child=serializers.IntegerField(), allow_null=True)
+
+        class Meta:
+            ref_name = "BreakerOverride"
+
+    @extend_schema(operation_id="breaker_override_detail", responses=OutputSerializer)
+    def get(self, request: Request, provider: str, model: str) -> Response:
+        return Response(BreakerOverrideApi.OutputSerializer(_override_or_404(provider, model)).data)
+
+    @extend_schema(operation_id="breaker_override_set", request=InputSerializer, responses=OutputSerializer)
     def put(self, request: Request, provider: str, model: str) -> Response:
         # The URL names the circuit; "provider"/"model" in the body are ignored.
         body = {k: v for k, v in _body(request).items() if k not in ("provider", "model")}
         breaker_override_set(actor=request.user, provider=provider, model=model, data=body)
-        return Response(BreakerOverrideOutputSerializer(_override_or_404(provider, model)).data)
+        return Response(BreakerOverrideApi.OutputSerializer(_override_or_404(provider, model)).data)
 
+    @extend_schema(operation_id="breaker_override_delete", responses={204: None})
     def delete(self, request: Request, provider: str, model: str) -> Response:
         _override_or_404(provider, model)
         breaker_override_delete(actor=request.user, provider=provider, model=model)
