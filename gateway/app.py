@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -30,6 +31,9 @@ from health.breaker.types import Decision, Outcome
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
+MAX_MODEL_NAME = 256
+# Model names travel in response headers and logs: printable, no control characters.
+_PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]+")
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 _DONE = b"data: [DONE]"
@@ -79,6 +83,7 @@ class _Call:
     error_kind: str = ""
     attempts: list[dict[str, Any]] = field(default_factory=list)
     logged: bool = False
+    reserialize: bool = False
 
 
 class GatewayApp:
@@ -120,6 +125,10 @@ class GatewayApp:
         self.started = True
 
     async def shutdown(self) -> None:
+        engine = self._engine
+        if engine is not None and hasattr(engine, "flush"):
+            # Outcomes still queued for Redis (a probe's result among them) are sent before exiting.
+            await asyncio.to_thread(engine.flush)
         for transport in self._transports.values():
             await transport.aclose()
         self._transports.clear()
@@ -221,8 +230,9 @@ class GatewayApp:
     # -- chat ------------------------------------------------------------------------
     async def _chat(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         call = _Call(request_id=uuid.uuid4().hex, started=time.perf_counter(), created_at=time.time())
+        sent = _SendTracker(send)
         try:
-            await self._chat_inner(call, scope, receive, send)
+            await self._chat_inner(call, scope, receive, sent)
         except _ClientGone:
             call.status, call.error_kind = 499, "client_disconnected"
         except _Reject as exc:
@@ -230,11 +240,32 @@ class GatewayApp:
             call.error_kind = exc.code or "rejected"
             self._log(call)
             await _respond(
-                send,
+                sent,
                 exc.status,
                 openai_error(exc.message, kind=exc.kind, code=exc.code, param=exc.param),
                 extra=[(b"x-vidai-request-id", call.request_id.encode())],
             )
+        except Exception:
+            log.exception("gateway: unexpected error in request %s", call.request_id)
+            call.status, call.error_kind = 500, "gateway_error"
+            self._log(call)
+            if not sent.started:
+                await _respond(
+                    sent,
+                    500,
+                    openai_error(
+                        "The gateway failed to handle this request.", kind="server_error", code="gateway_error"
+                    ),
+                    extra=[(b"x-vidai-request-id", call.request_id.encode())],
+                )
+            elif not sent.finished:
+                await sent(
+                    {
+                        "type": "http.response.body",
+                        "more_body": False,
+                        "body": sse_error("The gateway failed mid-stream.", code="gateway_error"),
+                    }
+                )
         finally:
             self._log(call)
 
@@ -258,6 +289,13 @@ class GatewayApp:
         model = payload.get("model")
         if not isinstance(model, str) or not model.strip():
             raise _Reject(400, "Missing required parameter: 'model'.", code="missing_model", param="model")
+        if len(model) > MAX_MODEL_NAME or not _PRINTABLE.fullmatch(model):
+            raise _Reject(
+                400,
+                f"Invalid 'model': at most {MAX_MODEL_NAME} printable characters.",
+                code="invalid_model",
+                param="model",
+            )
         messages = payload.get("messages")
         if not isinstance(messages, list) or not messages:
             raise _Reject(
@@ -268,6 +306,8 @@ class GatewayApp:
             )
         call.payload, call.requested_model = payload, model
         call.stream = payload.get("stream") is True
+        # A repeated "model" key: forward what we parsed (last one wins), never the raw bytes.
+        call.reserialize = call.raw.count(b'"model"') > 1
         route = snap.resolve(call.key, model)
         if isinstance(route, Refusal):
             raise _Reject(route.status, route.message, kind=route.kind, code=route.code, param="model")
@@ -305,51 +345,73 @@ class GatewayApp:
         try:
             await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
         finally:
+            client_gone = watch.done() and not watch.cancelled()
             watch.cancel()
             if not work.done():
                 work.cancel()
                 await asyncio.wait((work,))
-                raise _ClientGone
+                if client_gone:
+                    raise _ClientGone
+                # Our own task is being cancelled (shutdown): let the cancellation through.
         work.result()
+
+    def _callable(self, snap: Snapshot, target: Target) -> bool:
+        provider = snap.providers.get(target.provider)
+        return provider is not None and provider.protocol in ADAPTERS
 
     async def _proxy(self, call: _Call, snap: Snapshot, send: Any) -> None:
         """DESIGN.md fallback: closed target -> it; open -> first available chain entry; none -> primary anyway."""
         assert call.route is not None
         route = call.route
         engine = self.engine
-        decision = engine.allow(route.primary.provider, route.primary.model)
-        if decision.allowed:
+        primary_ok = self._callable(snap, route.primary)
+        decision = engine.allow(route.primary.provider, route.primary.model) if primary_ok else None
+        if decision is not None and decision.allowed:
             await self._attempt(call, snap, send, route.primary, decision, step=0)
             return
         if route.chain is not None:
             for step, entry in enumerate(route.chain.entries, start=1):
+                # An entry this gateway cannot call is skipped before it could take a probe slot.
+                if not self._callable(snap, entry):
+                    continue
                 entry_decision = engine.allow(entry.provider, entry.model)
                 if entry_decision.allowed:
                     await self._attempt(call, snap, send, entry, entry_decision, step=step)
                     return
+        if not primary_ok:
+            provider = snap.providers.get(route.primary.provider)
+            message = (
+                f"Provider `{route.primary.provider}` is not configured."
+                if provider is None
+                else f"Provider `{provider.name}` speaks `{provider.protocol}`, which this gateway cannot call yet."
+            )
+            raise _Reject(502, message, kind="server_error", code="no_route")
         # Every entry unavailable (or no chain): try the original target anyway ("optimistic primary").
         await self._attempt(call, snap, send, route.primary, None, step=0)
 
     async def _attempt(
         self, call: _Call, snap: Snapshot, send: Any, target: Target, decision: Decision | None, *, step: int
     ) -> None:
+        """Call one target. Records exactly one outcome for `decision`, whatever happens."""
+        outcome: Outcome | None = None
+        try:
+            outcome = await self._attempt_inner(call, snap, send, target, step=step)
+        except asyncio.CancelledError:
+            outcome = Outcome.cancelled()
+            raise
+        finally:
+            # Anything unexpected still reports (as a connection error) so no probe slot is held.
+            self._record(decision, outcome or Outcome.connection_error())
+
+    async def _attempt_inner(self, call: _Call, snap: Snapshot, send: Any, target: Target, *, step: int) -> Outcome:
         assert call.route is not None
         call.served, call.chain_step = target, step
         call.fallback = step > 0
         headers = self._attribution(call, target)
-        provider = snap.providers.get(target.provider)
-        if provider is None:
-            raise _Reject(502, f"Provider `{target.provider}` is not configured.", kind="server_error", code="no_route")
-        if provider.protocol not in ADAPTERS:
-            raise _Reject(
-                502,
-                f"Provider `{provider.name}` speaks `{provider.protocol}`, which this gateway cannot call yet.",
-                kind="server_error",
-                code="unsupported_protocol",
-            )
+        provider = snap.providers[target.provider]
         adapter = self._adapter(provider)
         body = call.raw
-        if target.model != call.requested_model:
+        if target.model != call.requested_model or call.reserialize:
             body = orjson.dumps({**call.payload, "model": target.model})
         attempt: dict[str, Any] = {
             "provider": target.provider,
@@ -360,27 +422,25 @@ class GatewayApp:
         }
         call.attempts.append(attempt)
         t0 = time.perf_counter()
+        deadline = asyncio.get_running_loop().time() + self.deadline
         try:
-            async with asyncio.timeout(self.deadline):
+            async with asyncio.timeout_at(deadline):
                 response = await adapter.chat(body, stream=call.stream)
         except (UpstreamError, TimeoutError) as exc:
             kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
             message = exc.message if isinstance(exc, UpstreamError) else "The upstream exceeded the deadline."
             attempt["error"], attempt["duration_ms"] = kind, _ms(t0)
-            self._record(decision, Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
             status = 504 if kind == "timeout" else 502
             call.status, call.error_kind = status, kind
             self._log(call)
             await _respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
-            return
+            return Outcome.timeout() if kind == "timeout" else Outcome.connection_error()
         except asyncio.CancelledError:
             attempt["error"], attempt["duration_ms"] = "cancelled", _ms(t0)
-            self._record(decision, Outcome.cancelled())
             raise
         attempt["status"] = response.status
         if response.stream is None:
             attempt["duration_ms"] = _ms(t0)
-            self._record(decision, Outcome.of_status(response.status))
             call.status = response.status
             call.ttfb = (time.perf_counter() - call.started) * 1000
             if response.status == 200:
@@ -389,64 +449,76 @@ class GatewayApp:
                 call.error_kind = "upstream_status"
             self._log(call)
             await _respond(send, response.status, response.body, headers=response.headers, extra=headers)
-            return
-        await self._relay_stream(call, send, response, decision, headers, attempt, t0)
+            return Outcome.of_status(response.status)
+        return await self._relay_stream(call, send, response, headers, attempt, t0, deadline)
 
     async def _relay_stream(
         self,
         call: _Call,
         send: Any,
         response: UpstreamResponse,
-        decision: Decision | None,
         headers: list[tuple[bytes, bytes]],
         attempt: dict[str, Any],
         t0: float,
-    ) -> None:
+        deadline: float,
+    ) -> Outcome:
         """Pass SSE chunks through as they arrive; committed after the first one."""
         assert response.stream is not None
-        call.status = 200
         started = False
         tail = b""
+        pending = b""  # an incomplete SSE line that may carry usage
         try:
-            async for chunk in response.stream:
-                if not chunk:
-                    continue
-                if not started:
-                    await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
-                    call.ttfb = (time.perf_counter() - call.started) * 1000
-                    started = True
-                if b'"usage"' in chunk:
-                    self._usage_from_sse(call, tail + chunk)
-                tail = (tail + chunk)[-64:]
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except UpstreamError as exc:
-            attempt["error"], attempt["duration_ms"] = exc.kind, _ms(t0)
-            self._record(decision, Outcome.timeout() if exc.kind == "timeout" else Outcome.connection_error())
-            call.error_kind = "stream_interrupted"
+            async with asyncio.timeout_at(deadline):
+                async for chunk in response.stream:
+                    if not chunk:
+                        continue
+                    if not started:
+                        await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
+                        call.status = 200
+                        call.ttfb = (time.perf_counter() - call.started) * 1000
+                        started = True
+                    if pending or b'"usage"' in chunk:
+                        pending = self._usage_from_sse(call, pending + chunk)
+                    tail = (tail + chunk)[-64:]
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (UpstreamError, TimeoutError) as exc:
+            kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
+            message = exc.message if isinstance(exc, UpstreamError) else "the upstream exceeded the deadline"
+            attempt["error"], attempt["duration_ms"] = kind, _ms(t0)
+            outcome = Outcome.timeout() if kind == "timeout" else Outcome.connection_error()
             if not started:
-                await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
+                # Nothing was committed yet: answer with a plain error status.
+                status = 504 if kind == "timeout" else 502
+                call.status, call.error_kind = status, kind
+                self._log(call)
+                await _respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
+                return outcome
+            call.error_kind = "stream_interrupted"
             self._log(call)
             # End with an error event and never [DONE], so a truncated answer never looks complete.
             await send(
                 {
                     "type": "http.response.body",
                     "more_body": False,
-                    "body": sse_error(f"The upstream stream was interrupted: {exc.message}", code="stream_interrupted"),
+                    "body": sse_error(f"The upstream stream was interrupted: {message}", code="stream_interrupted"),
                 }
             )
-            return
+            return outcome
         except asyncio.CancelledError:
             attempt["error"], attempt["duration_ms"] = "cancelled", _ms(t0)
-            self._record(decision, Outcome.cancelled())
             raise
         attempt["duration_ms"] = _ms(t0)
-        self._record(decision, Outcome.of_status(200))
         if not started:
             await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
+            call.status = 200
         self._log(call)
         # An upstream that ended cleanly without [DONE] is finished cleanly for the client.
-        closing = b"" if _DONE in tail else b"data: [DONE]\n\n"
+        if _DONE in tail:
+            closing = b""
+        else:
+            closing = (b"" if not tail or tail.endswith(b"\n\n") else b"\n\n") + b"data: [DONE]\n\n"
         await send({"type": "http.response.body", "body": closing, "more_body": False})
+        return Outcome.of_status(200)
 
     # -- helpers ---------------------------------------------------------------------
     def _attribution(self, call: _Call, target: Target) -> list[tuple[bytes, bytes]]:
@@ -477,62 +549,104 @@ class GatewayApp:
 
     def _usage_from_body(self, call: _Call, body: bytes) -> None:
         try:
-            usage = orjson.loads(body).get("usage") or {}
-        except (orjson.JSONDecodeError, AttributeError):
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:
             return
-        call.tokens_in = usage.get("prompt_tokens")
-        call.tokens_out = usage.get("completion_tokens")
+        if isinstance(data, dict):
+            _take_usage(call, data.get("usage"))
 
-    def _usage_from_sse(self, call: _Call, data: bytes) -> None:
-        for line in data.split(b"\n"):
+    def _usage_from_sse(self, call: _Call, data: bytes) -> bytes:
+        """Read usage from complete `data:` lines; return an incomplete last line to carry over."""
+        lines = data.split(b"\n")
+        rest = lines.pop()
+        for line in lines:
             if line.startswith(b"data: {") and b'"usage"' in line:
                 try:
-                    usage = orjson.loads(line[6:]).get("usage") or {}
+                    event = orjson.loads(line[6:])
                 except orjson.JSONDecodeError:
                     continue
-                call.tokens_in = usage.get("prompt_tokens", call.tokens_in)
-                call.tokens_out = usage.get("completion_tokens", call.tokens_out)
+                if isinstance(event, dict):
+                    _take_usage(call, event.get("usage"))
+        # Only a line that may still turn out to carry usage is kept, and never more than 64 KiB.
+        return rest if rest.startswith(b"data: {") and len(rest) < 65536 else b""
 
     def _log(self, call: _Call) -> None:
-        """Hand the record to the sink once, before the response's last bytes go out."""
+        """Hand the record to the sink once, before the response's last bytes go out. Never raises."""
         if self.sink is None or call.logged:
             return
         call.logged = True
+        try:
+            self.sink.add(self._record_of(call))
+        except Exception:
+            log.exception("gateway: could not build the log record of %s", call.request_id)
+
+    def _record_of(self, call: _Call) -> dict[str, Any]:
         route, key, served = call.route, call.key, call.served
         cost = None
         snap = self.config.current
         if served is not None and snap is not None:
             model = snap.models.get(served.model)
             cost = model.cost(call.tokens_in, call.tokens_out) if model else None
-        self.sink.add(
-            {
-                "request_id": call.request_id,
-                "created_at": call.created_at,
-                "key_id": key.id if key else None,
-                "user_id": key.user_id if key else None,
-                "team_id": key.team_id if key else None,
-                "application_id": key.application_id if key else None,
-                "agent_id": key.agent_id if key else None,
-                "requested_model": call.requested_model[:128],
-                "routed_model": route.routed_model if route else "",
-                "served_provider": served.provider if served else "",
-                "served_model": served.model if served else "",
-                "chain_step": call.chain_step,
-                "chain_id": route.chain.id if route and route.chain and call.fallback else None,
-                "fallback_triggered": call.fallback,
-                "fallback_from_provider": route.primary.provider if route and call.fallback else "",
-                "fallback_original_model": route.primary.model if route and call.fallback else "",
-                "status": call.status or 500,
-                "stream": call.stream,
-                "latency_ms": round((time.perf_counter() - call.started) * 1000, 3),
-                "ttfb_ms": round(call.ttfb, 3) if call.ttfb is not None else None,
-                "tokens_in": call.tokens_in,
-                "tokens_out": call.tokens_out,
-                "cost_usd": cost,
-                "error_kind": call.error_kind,
-                "attempts": call.attempts,
-            }
-        )
+        return {
+            "request_id": call.request_id,
+            "created_at": call.created_at,
+            "key_id": key.id if key else None,
+            "user_id": key.user_id if key else None,
+            "team_id": key.team_id if key else None,
+            "application_id": key.application_id if key else None,
+            "agent_id": key.agent_id if key else None,
+            "requested_model": call.requested_model[:128],
+            "routed_model": route.routed_model if route else "",
+            "served_provider": served.provider if served else "",
+            "served_model": served.model if served else "",
+            "chain_step": call.chain_step,
+            "chain_id": route.chain.id if route and route.chain and call.fallback else None,
+            "fallback_triggered": call.fallback,
+            "fallback_from_provider": route.primary.provider if route and call.fallback else "",
+            "fallback_original_model": route.primary.model if route and call.fallback else "",
+            "status": call.status or 500,
+            "stream": call.stream,
+            "latency_ms": round((time.perf_counter() - call.started) * 1000, 3),
+            "ttfb_ms": round(call.ttfb, 3) if call.ttfb is not None else None,
+            "tokens_in": call.tokens_in,
+            "tokens_out": call.tokens_out,
+            "cost_usd": cost,
+            "error_kind": call.error_kind,
+            "attempts": call.attempts,
+        }
+
+
+def _take_usage(call: _Call, usage: Any) -> None:
+    """Token counts only when they are what they claim: non-negative integers of sane size."""
+    if not isinstance(usage, dict):
+        return
+    tokens_in, tokens_out = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if _count(tokens_in):
+        call.tokens_in = tokens_in
+    if _count(tokens_out):
+        call.tokens_out = tokens_out
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and 0 <= value < 2**31
+
+
+class _SendTracker:
+    """Wraps ASGI send to know whether a response started and finished (for last-resort errors)."""
+
+    __slots__ = ("finished", "send", "started")
+
+    def __init__(self, send: Any) -> None:
+        self.send = send
+        self.started = False
+        self.finished = False
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            self.started = True
+        elif not message.get("more_body", False):
+            self.finished = True
+        await self.send(message)
 
 
 def _too_large(limit: int) -> str:

@@ -24,12 +24,22 @@ log = logging.getLogger(__name__)
 class ConfigHolder:
     """Holds the live snapshot. `current` is a plain attribute read: no lock on the request path."""
 
-    def __init__(self, *, redis_url: str = "", poll_seconds: float = 5.0, retry_seconds: float = 2.0) -> None:
+    def __init__(
+        self,
+        *,
+        redis_url: str = "",
+        poll_seconds: float = 5.0,
+        retry_seconds: float = 2.0,
+        full_rebuild_seconds: float = 60.0,
+    ) -> None:
         self.current: Snapshot | None = None
         self.last_error: str = ""
         self._redis_url = redis_url
         self._poll_seconds = poll_seconds
         self._retry_seconds = retry_seconds
+        # Safety net: a change saved while Redis was unreachable never announced itself.
+        self._full_rebuild_seconds = full_rebuild_seconds
+        self._last_build = time.monotonic()
         self._wanted = 0  # highest version announced
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -83,6 +93,7 @@ class ConfigHolder:
             # Rebuilds are rare: do not hold a database connection between them.
             connections.close_all()
         self.current = snapshot  # atomic reference swap
+        self._last_build = time.monotonic()
         self.last_error = ""
         return True
 
@@ -94,9 +105,10 @@ class ConfigHolder:
             self._wake.clear()
             if not woke:
                 remote = self._remote_version()
+                stale = time.monotonic() - self._last_build >= self._full_rebuild_seconds
                 if remote > (self.current.version if self.current else -1):
                     self._wanted = max(self._wanted, remote)
-                elif not self.last_error:
+                elif not self.last_error and not stale:
                     continue
             delay = 0.05
             while not self.reload() and not self._stop.is_set():

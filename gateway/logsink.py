@@ -27,14 +27,18 @@ class LogSink:
         redis_url: str = "",
         flush_seconds: float = 0.5,
         batch_size: int = 500,
-        max_buffer: int = 200_000,
+        max_buffer: int = 50_000,
         stream_key: str = STREAM_KEY,
     ) -> None:
         self._redis_url = redis_url
         self._stream_key = stream_key
         self._flush_seconds = flush_seconds
         self._batch_size = batch_size
-        self._buffer: deque[dict[str, Any]] = deque(maxlen=max_buffer)
+        # ~1 KiB a record: the cap bounds memory during a long outage (records past it are counted
+        # and dropped, oldest first, and the drop is logged).
+        self._max_buffer = max_buffer
+        self._buffer: deque[dict[str, Any]] = deque()
+        self.dropped = 0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Condition()
@@ -44,8 +48,16 @@ class LogSink:
 
     def add(self, record: dict[str, Any]) -> None:
         """Request path: O(1), never blocks, never raises."""
-        self._buffer.append(record)
-        if len(self._buffer) >= self._batch_size:
+        buffer = self._buffer
+        buffer.append(record)
+        if len(buffer) > self._max_buffer:
+            buffer.popleft()
+            self.dropped += 1
+            if self.dropped == 1 or self.dropped % 10_000 == 0:
+                log.error(
+                    "request-log buffer full (%d records): %d records dropped so far", self._max_buffer, self.dropped
+                )
+        if len(buffer) >= self._batch_size:
             self._wake.set()
 
     def start(self) -> None:
@@ -117,9 +129,11 @@ class LogSink:
         if self._redis_url:
             self._write_redis(batch)
         else:
-            from requestlogs.services import request_logs_insert
+            from requestlogs.services import request_logs_insert_isolating
 
-            request_logs_insert(records=batch)
+            _, refused = request_logs_insert_isolating(records=batch)
+            for record, error in refused:
+                log.error("request log %s refused by the database and dropped: %s", record.get("request_id"), error)
 
     def _write_redis(self, batch: list[dict[str, Any]]) -> None:
         import redis

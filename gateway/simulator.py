@@ -10,6 +10,7 @@ from the control endpoint, or else from the name itself:
     close                 starts the response, then drops the connection
     midstream-<n>         streams <n> chunks, then drops the connection
     nodone                streams normally but never sends the final `data: [DONE]`
+    badusage              answers 200 with a malformed `usage` object (strings, negatives, a list)
     flaky-<pct>           <pct>% of calls answer 500, deterministically spread
 
 Control endpoint (JSON): GET /_sim/state; PUT /_sim/providers/<name> with any of
@@ -30,7 +31,7 @@ Scope = dict[str, Any]
 Receive = Any
 Send = Any
 
-MODES = ("ok", "status", "hang", "close", "midstream", "flaky", "nodone")
+MODES = ("ok", "status", "hang", "close", "midstream", "flaky", "nodone", "badusage")
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -71,7 +72,7 @@ class Behaviour:
                 return cls(mode="flaky", fail_rate=float(arg) / 100)
         except ValueError:
             return cls()
-        if name in ("hang", "close", "nodone"):
+        if name in ("hang", "close", "nodone", "badusage"):
             return cls(mode=name)
         return cls()
 
@@ -165,7 +166,9 @@ class Simulator:
                 "created": int(time.time()),
                 "model": model,
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {
+                "usage": {"prompt_tokens": str(prompt_tokens), "completion_tokens": -1}
+                if b.mode == "badusage"
+                else {
                     "prompt_tokens": prompt_tokens,
                     "completion_tokens": completion_tokens,
                     "total_tokens": prompt_tokens + completion_tokens,
@@ -208,11 +211,15 @@ class Simulator:
         tail = _sse(final)
         self.completed_streams[name] += 1
         if (request.get("stream_options") or {}).get("include_usage"):
-            usage = {
-                "prompt_tokens": prompt_tokens,
-                "completion_tokens": b.chunks - 1,
-                "total_tokens": prompt_tokens + b.chunks - 1,
-            }
+            usage: Any = (
+                []
+                if b.mode == "badusage"
+                else {
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": b.chunks - 1,
+                    "total_tokens": prompt_tokens + b.chunks - 1,
+                }
+            )
             tail += _sse(
                 {
                     "id": ident,

@@ -39,9 +39,9 @@ class ProviderInfo:
     name: str
     protocol: str
     base_url: str
-    api_key: str
-    connect_timeout: float
-    read_timeout: float
+    api_key: str = field(repr=False)
+    connect_timeout: float = 5.0
+    read_timeout: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +129,9 @@ class Snapshot:
         found = self._routes.get(memo)
         if found is None:
             found = self._resolve(key, requested)
-            if len(self._routes) < 100_000:  # bound the memo against clients inventing model names
+            # Only names the catalog knows are memoised: invented names must not grow memory.
+            known = requested in self.models or requested in self.aliases
+            if known and len(self._routes) < 100_000:
                 self._routes[memo] = found
         return found
 
@@ -154,10 +156,24 @@ class Snapshot:
         if aliased is not None:
             # A rule may target the alias's model too: apply rules once more after expanding it.
             model = self._rule(key, aliased)
+        if model != requested:
+            # A deny on a concrete model also holds when it is reached through an alias or a rule.
+            for scope_type, scope_id in key.scopes:
+                guard = self.guardrails.get((model, scope_type, scope_id))
+                if guard is not None:
+                    if guard.action == "deny":
+                        return Refusal(
+                            403,
+                            f"Refused by guardrail “{guard.name}”: {guard.message}",
+                            "guardrail_refused",
+                            "permission_error",
+                        )
+                    break
         info = self.models.get(model)
         if info is None:
+            shown = requested if len(requested) <= 80 else requested[:80] + "…"
             return Refusal(
-                404, f"The model `{requested}` does not exist or you do not have access to it.", "model_not_found"
+                404, f"The model `{shown}` does not exist or you do not have access to it.", "model_not_found"
             )
         chain = None
         for scope_type, scope_id in key.scopes:
@@ -180,7 +196,18 @@ class Snapshot:
 
 
 def snapshot_build(*, version: int) -> Snapshot:
-    """Read the whole configuration (a handful of queries) into a new Snapshot."""
+    """Read the whole configuration in one consistent read (a handful of queries) into a new Snapshot."""
+    from django.db import connection, transaction
+
+    with transaction.atomic():
+        if connection.vendor == "postgresql":
+            # One snapshot of the database for all queries: a change committing mid-build is not half-seen.
+            with connection.cursor() as cursor:
+                cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        return _snapshot_read(version)
+
+
+def _snapshot_read(version: int) -> Snapshot:
     from catalog.models import ApiKey, LlmModel, Provider
     from chains.models import FallbackChain
     from routing.models import Alias, Guardrail, RoutingRule

@@ -10,7 +10,7 @@ import orjson
 import redis
 
 from gateway.logsink import STREAM_KEY
-from requestlogs.services import request_logs_insert
+from requestlogs.services import request_logs_insert_isolating
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +57,25 @@ def request_logs_ingest(
         messages = [(mid, fields) for mid, fields in messages if fields]
         if not messages:
             break
-        records = [orjson.loads(fields[b"r"]) for _, fields in messages]
-        inserted += request_logs_insert(records=records)  # raises on a database failure: nothing acked
+        records = [r for r in (_decode(fields) for _, fields in messages) if r is not None]
+        # A record the database refuses would block the stream forever: it goes to a dead-letter stream.
+        # A connection failure raises instead, and nothing is acknowledged.
+        count, refused = request_logs_insert_isolating(records=records)
+        inserted += count
+        for record, error in refused:
+            log.error(
+                "request log %s refused by the database (%s); moved to %s:dead", record.get("request_id"), error, stream
+            )
+            client.xadd(f"{stream}:dead", {"r": orjson.dumps(record), "error": error})
         client.xack(stream, GROUP, *[mid for mid, _ in messages])
         client.xdel(stream, *[mid for mid, _ in messages])
         read += len(messages)
     return IngestResult(read=read, inserted=inserted)
+
+
+def _decode(fields: dict[bytes, bytes]) -> dict | None:
+    try:
+        record = orjson.loads(fields[b"r"])
+    except (KeyError, orjson.JSONDecodeError):
+        return None
+    return record if isinstance(record, dict) else None

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-from django.db import connection, transaction
+from django.db import DataError, IntegrityError, connection, transaction
 
 from requestlogs.models import RequestLog
 
@@ -34,6 +34,8 @@ def _rows(records: Iterable[dict[str, Any]], *, sqlite: bool) -> list[tuple[Any,
                 value = orjson.dumps(value or []).decode()
             elif name == "cost_usd" and value is not None:
                 value = f"{value:.8f}"
+            elif type(value) is str and "\x00" in value:
+                value = value.replace("\x00", "")  # PostgreSQL text cannot hold NUL
             values.append(value)
         rows.append(tuple(values))
     return rows
@@ -51,7 +53,9 @@ def request_logs_insert(*, records: Iterable[dict[str, Any]]) -> int:
     placeholders = ", ".join(["%s"] * len(_COLUMNS))
     with connection.cursor() as cursor:
         cursor.executemany(
-            f"INSERT OR IGNORE INTO requestlogs_requestlog ({cols}) VALUES ({placeholders})",  # noqa: S608 - model columns
+            # ON CONFLICT skips only a repeated request_id; any other refused row raises, as on PostgreSQL.
+            f"INSERT INTO requestlogs_requestlog ({cols}) VALUES ({placeholders}) "  # noqa: S608 - model columns
+            "ON CONFLICT (request_id) DO NOTHING",
             _rows(records, sqlite=True),
         )
         return cursor.rowcount if cursor.rowcount >= 0 else len(records)
@@ -73,3 +77,22 @@ def _copy_postgres(rows: list[tuple[Any, ...]], cols: str) -> int:
             "ON CONFLICT (request_id) DO NOTHING"
         )
         return cursor.rowcount
+
+
+def request_logs_insert_isolating(*, records: list[dict[str, Any]]) -> tuple[int, list[tuple[dict[str, Any], str]]]:
+    """Insert a batch; if the database refuses a row, insert one by one and return the refused ones.
+
+    A refused row (bad data) must not block the rows around it forever. Connection failures still raise.
+    """
+    try:
+        return request_logs_insert(records=records), []
+    except (DataError, IntegrityError):
+        pass
+    inserted = 0
+    refused: list[tuple[dict[str, Any], str]] = []
+    for record in records:
+        try:
+            inserted += request_logs_insert(records=[record])
+        except (DataError, IntegrityError) as exc:
+            refused.append((record, str(exc)[:500]))
+    return inserted, refused

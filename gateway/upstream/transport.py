@@ -43,6 +43,7 @@ class _Connection(asyncio.Protocol):
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.headers_done = False
+        self.informational = False
         self.complete = False
         self.keep_alive = False
         self.delimited = False  # Content-Length or chunked: the body end is known
@@ -58,6 +59,11 @@ class _Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.received_any = True
+        if self.complete:
+            # Bytes after the final response: this connection can never be trusted for another request.
+            self.keep_alive = False
+            self.close()
+            return
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
@@ -69,8 +75,8 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.on_close is not None:
             self.on_close(self)
-        if self.headers_done and not self.complete and not self.delimited:
-            self.complete = True  # a body delimited by the connection closing
+        if self.headers_done and not self.complete and not self.delimited and exc is None:
+            self.complete = True  # a body delimited by the connection closing (a clean FIN, not a reset)
         elif not self.complete and self.error is None:
             self.error = httpx.RemoteProtocolError("Server disconnected without sending a complete response.")
         self._wake()
@@ -83,13 +89,21 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks ----------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
+        if len(self.headers) >= 200:
+            self.error = httpx.RemoteProtocolError("Upstream sent too many headers.")
+            self.close()
+            return
         lower = name.lower()
         if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
             self.delimited = True
         self.headers.append((name, value))
 
     def on_headers_complete(self) -> None:
-        self.status = self.parser.get_status_code()
+        status = self.parser.get_status_code()
+        if 100 <= status < 200 and status != 101:
+            self.informational = True  # e.g. 103 Early Hints: the final response follows
+            return
+        self.status = status
         self.headers_done = True
         if self.status in (204, 304):
             self.delimited = True
@@ -103,6 +117,11 @@ class _Connection(asyncio.Protocol):
             self.paused = True
 
     def on_message_complete(self) -> None:
+        if self.informational:
+            self.informational = False
+            self.headers.clear()
+            self.delimited = False
+            return
         self.complete = True
         self.keep_alive = self.parser.should_keep_alive()
 
@@ -147,8 +166,14 @@ class _Body(httpx.AsyncByteStream):
     """
 
     def __init__(
-        self, transport: FastTransport, key: tuple[str, str, int], conn: _Connection, read_timeout: float | None
+        self,
+        transport: FastTransport,
+        key: tuple[str, str, int],
+        conn: _Connection,
+        read_timeout: float | None,
+        on_done: Any = None,
     ) -> None:
+        self._on_done = on_done
         self._transport = transport
         self._key = key
         self._conn = conn
@@ -169,14 +194,27 @@ class _Body(httpx.AsyncByteStream):
                 raise error
             await conn.wait(self._read_timeout)
 
-    async def aread(self) -> bytes:
-        parts = [chunk async for chunk in self]
+    async def aread(self, limit: int = 64 * 1024 * 1024) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in self:
+            size += len(chunk)
+            if size > limit:
+                await self.aclose()
+                raise httpx.RemoteProtocolError(f"Upstream response larger than {limit // (1024 * 1024)} MiB.")
+            parts.append(chunk)
         return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _done(self) -> None:
+        on_done, self._on_done = self._on_done, None
+        if on_done is not None:
+            on_done()
 
     def _release(self) -> None:
         if self._released:
             return
         self._released = True
+        self._done()
         conn = self._conn
         if conn.complete and conn.keep_alive and not conn.closed and conn.error is None:
             self._transport._put_idle(self._key, conn)
@@ -188,6 +226,7 @@ class _Body(httpx.AsyncByteStream):
             # Not read to the end: the connection's state is unknown, so it cannot be reused.
             self._released = True
             self._conn.close()
+            self._done()
 
 
 class RawResponse:
@@ -214,9 +253,13 @@ class FastTransport(httpx.AsyncBaseTransport):
         *,
         keepalive_expiry: float = DEFAULT_KEEPALIVE_EXPIRY,
         max_idle_per_origin: int = 256,
+        max_connections_per_origin: int = 512,
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._idle: dict[tuple[str, str, int], list[_Connection]] = {}
+        # Bounds sockets per upstream, so a hanging provider cannot exhaust file descriptors.
+        self._max_connections = max_connections_per_origin
+        self._slots: dict[Origin, asyncio.Semaphore] = {}
         self._keepalive_expiry = keepalive_expiry
         self._max_idle = max_idle_per_origin
         self._ssl = ssl_context
@@ -257,9 +300,11 @@ class FastTransport(httpx.AsyncBaseTransport):
                 else:
                     _, conn = await loop.create_connection(_Connection, host, port)
         except TimeoutError:
-            raise httpx.ConnectTimeout(f"Timed out connecting to {host}:{port}.") from None
-        except OSError as exc:
-            raise httpx.ConnectError(f"Could not connect to {host}:{port}: {exc.strerror or exc}") from None
+            raise httpx.ConnectTimeout("timed out connecting") from None
+        except (OSError, ValueError, OverflowError) as exc:
+            # The message reaches clients: name the failure, not the internal address.
+            reason = getattr(exc, "strerror", None) or type(exc).__name__
+            raise httpx.ConnectError(f"could not connect ({reason})") from None
         conn.on_close = self._all.discard
         self._all.add(conn)
         return conn
@@ -268,6 +313,29 @@ class FastTransport(httpx.AsyncBaseTransport):
         self, origin: Origin, payload: bytes, *, connect_timeout: float | None, read_timeout: float | None
     ) -> RawResponse:
         """Write one complete HTTP/1.1 request (head and body) and return once the response head arrived."""
+        slots = self._slots.get(origin)
+        if slots is None:
+            slots = self._slots[origin] = asyncio.Semaphore(self._max_connections)
+        try:
+            async with asyncio.timeout(connect_timeout):
+                await slots.acquire()
+        except TimeoutError:
+            raise httpx.PoolTimeout("every connection to the upstream is busy") from None
+        try:
+            return await self._send(origin, payload, slots, connect_timeout, read_timeout)
+        except BaseException:
+            slots.release()
+            raise
+
+    async def _send(
+        self,
+        origin: Origin,
+        payload: bytes,
+        slots: asyncio.Semaphore,
+        connect_timeout: float | None,
+        read_timeout: float | None,
+    ) -> RawResponse:
+        loop = asyncio.get_running_loop()
         for attempt in (0, 1):
             conn = self._take_idle(origin)
             reused = conn is not None
@@ -275,6 +343,7 @@ class FastTransport(httpx.AsyncBaseTransport):
                 conn = await self._connect(origin, connect_timeout)
             conn.reset()
             assert conn.transport is not None
+            sent_at = loop.time()
             try:
                 conn.transport.write(payload)
                 while not conn.headers_done:
@@ -283,13 +352,16 @@ class FastTransport(httpx.AsyncBaseTransport):
                     await conn.wait(read_timeout)
             except httpx.RemoteProtocolError:
                 conn.close()
-                if reused and not conn.received_any and attempt == 0:
-                    continue  # the server closed an idle keep-alive connection as we reused it: retry once
+                # Retry once only when a reused keep-alive connection was found closed at once: the server
+                # had closed it while idle. A close after the server had time to work could be a request it
+                # processed, and replaying it would double the upstream's work and cost.
+                if reused and not conn.received_any and attempt == 0 and loop.time() - sent_at < 0.05:
+                    continue
                 raise
             except BaseException:
                 conn.close()
                 raise
-            return RawResponse(conn.status, conn.headers, _Body(self, origin, conn, read_timeout))
+            return RawResponse(conn.status, conn.headers, _Body(self, origin, conn, read_timeout, slots.release))
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
@@ -299,6 +371,8 @@ class FastTransport(httpx.AsyncBaseTransport):
         body = request.content
         head = [f"{request.method} {url.raw_path.decode()} HTTP/1.1\r\nHost: {url.netloc.decode()}\r\n".encode()]
         for name, value in request.headers.raw:
+            if b"\r" in name + value or b"\n" in name + value:
+                raise httpx.LocalProtocolError("Header names and values may not contain CR or LF.")
             if name.lower() not in _HOP_BY_HOP:
                 head.append(name + b": " + value + b"\r\n")
         head.append(b"Content-Length: %d\r\n\r\n" % len(body))

@@ -148,3 +148,67 @@ def test_silent_server_is_a_read_timeout_and_refused_port_a_connect_error():
 def test_origin_of_fills_default_ports():
     assert origin_of(httpx.URL("https://api.openai.com/v1")) == ("https", "api.openai.com", 443)
     assert origin_of(httpx.URL("http://sim:8001/x")) == ("http", "sim", 8001)
+
+
+def test_informational_response_is_skipped_and_never_leaks_into_the_next_request():
+    async def handler(reader, writer):
+        for n in (1, 2):
+            await read_request(reader)
+            if n == 1:
+                writer.write(b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n")
+            body = f"answer-for-#{n}".encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+            await writer.drain()
+
+    async def run():
+        async with raw_server(handler) as (port, _):
+            transport = FastTransport()
+            origin, payload = request(port)
+            first = await transport.send_raw(origin, payload, connect_timeout=2, read_timeout=2)
+            first_body = await first.body.aread()
+            second = await transport.send_raw(origin, payload, connect_timeout=2, read_timeout=2)
+            return first.status, first_body, second.status, await second.body.aread()
+
+    assert run_async(run()) == (200, b"answer-for-#1", 200, b"answer-for-#2")
+
+
+def test_bytes_after_a_complete_response_retire_the_connection():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokSURPLUS")
+        await writer.drain()
+        await reader.read()  # keep the connection open until the client closes it
+
+    async def run():
+        async with raw_server(handler) as (port, _):
+            transport = FastTransport()
+            origin, payload = request(port)
+            response = await transport.send_raw(origin, payload, connect_timeout=2, read_timeout=2)
+            body = await response.body.aread()
+            for _ in range(50):  # let the surplus bytes arrive; the outcome does not depend on their timing
+                await asyncio.sleep(0)
+            return body, transport._take_idle(origin)
+
+    body, idle = run_async(run())
+
+    assert body == b"ok"
+    assert idle is None
+
+
+def test_connections_per_origin_are_bounded():
+    async def handler(reader, writer):
+        await read_request(reader)
+        await asyncio.sleep(5)
+
+    async def run():
+        async with raw_server(handler) as (port, _):
+            transport = FastTransport(max_connections_per_origin=1)
+            origin, payload = request(port)
+            first = asyncio.ensure_future(transport.send_raw(origin, payload, connect_timeout=2, read_timeout=5))
+            await asyncio.sleep(0)  # one turn of the loop: the first request takes the only slot
+            with pytest.raises(httpx.PoolTimeout):
+                await transport.send_raw(origin, payload, connect_timeout=0.2, read_timeout=5)
+            first.cancel()
+            return len(transport._all)
+
+    assert run_async(run()) <= 1

@@ -118,3 +118,22 @@ def test_embedded_sink_keeps_records_through_a_database_outage():
         sink.stop()
 
     assert RequestLog.objects.count() == 3
+
+
+def test_a_refused_record_goes_to_dead_letters_and_does_not_block_the_stream(redis_url, stream):
+    import orjson
+
+    client = redis.Redis.from_url(redis_url)
+    good = [record(i) for i in range(3)]
+    bad = {**record(9), "tokens_in": -1}  # violates the column's CHECK (>= 0) on both databases
+    for r in (good[0], bad, good[1], good[2]):
+        client.xadd(stream, {"r": orjson.dumps(r)})
+
+    result = request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    assert (result.read, result.inserted) == (4, 3)
+    assert sorted(RequestLog.objects.values_list("request_id", flat=True)) == sorted(r["request_id"] for r in good)
+    dead = client.xrange(f"{stream}:dead")
+    client.delete(f"{stream}:dead")
+    assert [orjson.loads(fields[b"r"])["request_id"] for _, fields in dead] == [bad["request_id"]]
+    assert client.xpending(stream, "ingest")["pending"] == 0
