@@ -1,15 +1,79 @@
+import ipaddress
+import re
+import unicodedata
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 
 from catalog.enums import Capability, Protocol, ScopeType
 from catalog.fields import EncryptedTextField
 
+# One DNS label. Single-label hosts (docker-compose or Kubernetes service names such as "ollama")
+# are fine; underscores too, since docker-compose service names may use them.
+_HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9_-]{1,63}(?<!-)")
+
+
+def _host_problem(host: str) -> str | None:
+    if not host:
+        return "Base URL needs a host name after the scheme."
+    if host.startswith("["):
+        try:
+            ipaddress.IPv6Address(host[1:-1] if host.endswith("]") else "")
+        except ValueError:
+            return f"“{host}” is not a valid IPv6 address."
+        return None
+    name = host[:-1] if host.endswith(".") else host
+    if not name or len(name) > 253 or not all(_HOST_LABEL.fullmatch(label) for label in name.split(".")):
+        return f"“{host}” is not a valid host name."
+    return None
+
+
+def base_url_problem(value: str) -> str | None:
+    """Why `value` is not a usable provider base URL, or None when it is.
+
+    http(s) only, any valid host name (single labels such as "ollama" included), an optional
+    port 1..65535 and a path; no credentials, query, fragment, whitespace or control characters.
+    """
+    if any(c.isspace() or unicodedata.category(c) in ("Cc", "Cf") for c in value):
+        return "Base URL cannot contain spaces or control characters."
+    scheme, sep, rest = value.partition("://")
+    if not sep or scheme.lower() not in ("http", "https"):
+        return f"“{value}” is not a valid http(s) URL."
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0]
+    if "?" in rest or "#" in rest:
+        return "Base URL cannot have a query string or fragment; the gateway appends the endpoint path to it."
+    if "@" in authority:
+        return "Base URL cannot contain credentials (user:password@); set the provider's API key instead."
+    if authority.startswith("[") and "]" in authority:
+        end = authority.index("]") + 1
+        host, port_part = authority[:end], authority[end:]
+    else:
+        host, colon, port = authority.partition(":")
+        port_part = colon + port
+    if problem := _host_problem(host):
+        return problem
+    if port_part:
+        port = port_part[1:]
+        if not port_part.startswith(":") or not (port.isascii() and port.isdigit()):
+            return f"Port must be a number between 1 and 65535 (got “{port_part.lstrip(':')}”)."
+        if not 1 <= int(port) <= 65535:
+            return f"Port must be between 1 and 65535 (got {int(port)})."
+    return None
+
+
+def validate_base_url(value: str) -> None:
+    """Model field validator (the admin form) for base_url_problem."""
+    if problem := base_url_problem(value):
+        raise ValidationError(problem, code="invalid")
+
 
 class Provider(models.Model):
+    # No "/": circuits are keyed "provider/model".
     name = models.CharField(max_length=64, unique=True)
     protocol = models.CharField(max_length=16, choices=Protocol.choices, default=Protocol.OPENAI)
-    base_url = models.URLField(max_length=500)
+    base_url = models.CharField(max_length=500, validators=[validate_base_url])
     # Encrypted at rest; never rendered back (write-only in admin and API).
     api_key = EncryptedTextField(blank=True, default="")
     connect_timeout = models.FloatField(default=5.0, validators=[MinValueValidator(0.1)])

@@ -6,8 +6,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
-from django.core.validators import URLValidator
 from django.db import IntegrityError, models, transaction
 from django.db.models.deletion import ProtectedError
 from django.utils import timezone
@@ -15,7 +13,7 @@ from django.utils import timezone
 from audit.services import audit_record, diff_fields
 from catalog.enums import Capability, Protocol, ScopeType
 from catalog.keys import key_generate
-from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
+from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team, base_url_problem
 from catalog.selectors import models_of_provider, scope_references, user_by_username
 from chains.selectors import chains_referencing_model, chains_referencing_provider
 from controlplane.configbus import config_publish
@@ -149,6 +147,9 @@ def _provider_validate(data: ProviderInput, *, exclude_pk: int | None) -> dict[s
     errors: Errors = {}
     taken = Provider.objects.exclude(pk=exclude_pk) if exclude_pk else Provider.objects.all()
     name = name_checked(errors, data.name, label="Provider", max_length=64, taken=taken)
+    if "/" in name:
+        # Circuits are keyed "provider/model"; a slash would make the key ambiguous.
+        errors.setdefault("name", []).append("Provider name cannot contain “/” (circuits are named provider/model).")
     if data.protocol not in Protocol.values:
         errors.setdefault("protocol", []).append(f"Protocol must be one of: {', '.join(Protocol.values)}.")
     base_url = (data.base_url or "").strip()
@@ -156,11 +157,8 @@ def _provider_validate(data: ProviderInput, *, exclude_pk: int | None) -> dict[s
         errors.setdefault("base_url", []).append("Base URL is required.")
     elif len(base_url) > 500:
         errors.setdefault("base_url", []).append("Base URL is at most 500 characters.")
-    else:
-        try:
-            URLValidator(schemes=["http", "https"])(base_url)
-        except DjangoValidationError:
-            errors.setdefault("base_url", []).append(f"“{base_url}” is not a valid http(s) URL.")
+    elif problem := base_url_problem(base_url):
+        errors.setdefault("base_url", []).append(problem)
     for field_name in ("connect_timeout", "read_timeout"):
         value = getattr(data, field_name)
         if not math.isfinite(value) or value < 0.1:

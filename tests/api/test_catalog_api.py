@@ -143,7 +143,8 @@ def test_provider_patch_with_empty_key_clears_it(admin_client):
         ({"name": "   "}, {"name": ["Provider name is required and cannot be only whitespace."]}),
         ({"name": "x" * 65}, {"name": ["Provider name is at most 64 characters."]}),
         ({"name": "taken"}, {"name": ["A provider named “taken” already exists."]}),
-        ({"base_url": "not a url"}, {"base_url": ["“not a url” is not a valid http(s) URL."]}),
+        ({"base_url": "not-a-url"}, {"base_url": ["“not-a-url” is not a valid http(s) URL."]}),
+        ({"name": "acme/eu"}, {"name": ["Provider name cannot contain “/” (circuits are named provider/model)."]}),
         ({"base_url": " "}, {"base_url": ["Base URL is required."]}),
         ({"protocol": "grpc"}, {"protocol": ['"grpc" is not a valid choice.']}),
         ({"connect_timeout": 0}, {"connect_timeout": ["Timeout must be at least 0.1 seconds."]}),
@@ -159,6 +160,70 @@ def test_provider_create_refuses_invalid_input(admin_client, overrides, errors):
     assert response.json()["errors"] == errors
     assert list(Provider.objects.values_list("name", flat=True)) == ["taken"]
     assert AuditEvent.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    "base_url",
+    [
+        "http://ollama:11434/v1",
+        "http://simulator:8001/openai/v1",
+        "https://api.openai.com/v1",
+        "http://localhost",
+        "http://127.0.0.1:65535/v1",
+        "http://[::1]:8080/v1",
+        "http://llm_gateway:1/v1",
+    ],
+)
+def test_provider_create_accepts_any_valid_host(admin_client, base_url):
+    response = post_json(admin_client, "/api/providers/", provider_body(base_url=base_url))
+
+    assert (response.status_code, response.json()["base_url"]) == (201, base_url)
+    assert Provider.objects.get().base_url == base_url
+
+
+@pytest.mark.parametrize(
+    ("base_url", "message"),
+    [
+        ("ftp://ollama/v1", "“ftp://ollama/v1” is not a valid http(s) URL."),
+        ("ollama:11434/v1", "“ollama:11434/v1” is not a valid http(s) URL."),
+        ("http://ollama:0/v1", "Port must be between 1 and 65535 (got 0)."),
+        ("http://ollama:65536/v1", "Port must be between 1 and 65535 (got 65536)."),
+        ("http://ollama:port/v1", "Port must be a number between 1 and 65535 (got “port”)."),
+        (
+            "http://user:secret@ollama:11434/v1",
+            "Base URL cannot contain credentials (user:password@); set the provider's API key instead.",
+        ),
+        ("http://oll ama/v1", "Base URL cannot contain spaces or control characters."),
+        ("http://ollama/v\t1", "Base URL cannot contain spaces or control characters."),
+        ("http://ollama/\x1bv1", "Base URL cannot contain spaces or control characters."),
+        ("http://-ollama/v1", "“-ollama” is not a valid host name."),
+        ("http://a..b/v1", "“a..b” is not a valid host name."),
+        ("http:///v1", "Base URL needs a host name after the scheme."),
+        (
+            "http://ollama/v1?debug=1",
+            "Base URL cannot have a query string or fragment; the gateway appends the endpoint path to it.",
+        ),
+    ],
+)
+def test_provider_create_refuses_bad_base_urls(admin_client, base_url, message):
+    response = post_json(admin_client, "/api/providers/", provider_body(base_url=base_url))
+
+    assert response.status_code == 400
+    assert response.json() == {"detail": message, "errors": {"base_url": [message]}}
+    assert Provider.objects.count() == 0
+
+
+def test_provider_rename_with_a_slash_is_refused(admin_client):
+    provider = ProviderFactory(name="acme")
+
+    response = patch_json(admin_client, f"/api/providers/{provider.pk}/", {"name": "acme/eu"})
+
+    assert response.status_code == 400
+    assert response.json()["errors"] == {
+        "name": ["Provider name cannot contain “/” (circuits are named provider/model)."]
+    }
+    provider.refresh_from_db()
+    assert provider.name == "acme"
 
 
 def test_provider_rename_to_another_providers_name_is_refused(admin_client):
