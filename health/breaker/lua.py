@@ -1,6 +1,6 @@
 """Lua scripts of the Redis backend. Each runs atomically, so window, state and probe slot move together.
 
-KEYS (all share the circuit's hash tag `{provider/model}`):
+KEYS (all share the circuit's hash tag `{provider/model}`, see redis_backend.circuit_tag):
   1 = state hash, 2 = sorted set of every counted outcome, 3 = sorted set of the failures
   (score = time in ms, member = per-circuit sequence number).
 ARGV[1] = time override in ms ('' in production: the script reads Redis TIME, the one clock every

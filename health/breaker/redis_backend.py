@@ -101,6 +101,15 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
+def circuit_tag(provider: str, model: str) -> str:
+    """The hash tag body of one circuit: `provider/model`, with "%" and "/" percent-encoded in the provider.
+
+    The first "/" is then always the separator, so ("a/b", "c") and ("a", "b/c") get different keys.
+    Names without "%" or "/" keep the plain `provider/model` tag (and the keys they always had).
+    """
+    return f"{provider.replace('%', '%25').replace('/', '%2F')}/{model}"
+
+
 class RedisEngine(BreakerEngine):
     """Shared circuits in Redis. `clock` given = test mode: scripts use the clock's time instead of Redis TIME."""
 
@@ -177,7 +186,8 @@ class RedisEngine(BreakerEngine):
     # ----- keys and time -------------------------------------------------------------------------
 
     def _keys(self, provider: str, model: str) -> list[str]:
-        tag = f"{self._ns}:{{{provider}/{model}}}"
+        # One hash tag per circuit: its three keys live in one cluster slot, so a script may touch them all.
+        tag = f"{self._ns}:{{{circuit_tag(provider, model)}}}"
         return [f"{tag}:s", f"{tag}:w", f"{tag}:f"]
 
     def _now_arg(self) -> str:

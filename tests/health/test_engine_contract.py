@@ -400,3 +400,19 @@ def test_concurrent_threads_take_one_probe(make_engine, clock):
         t.join()
 
     assert sorted((d.allowed, d.probe) for d in decisions) == [(False, False)] * 7 + [(True, True)]
+
+
+def test_circuits_whose_names_join_to_the_same_text_are_independent(make_engine, clock):
+    engine = make_engine()
+    open_circuit(engine, clock, "a/b", "c")
+
+    other = call(engine, FAIL, "a", "b/c")
+    call(engine, OK, "a%2Fb", "c")
+    rows = [(s.provider, s.model, s.state, s.failure_count, s.total_requests) for s in engine.list_circuits()]
+
+    assert (other.allowed, other.state) == (True, State.CLOSED)
+    assert rows == [
+        ("a", "b/c", State.CLOSED, 1, 1),
+        ("a%2Fb", "c", State.CLOSED, 0, 1),
+        ("a/b", "c", State.OPEN, 5, 10),
+    ]
