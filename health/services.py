@@ -12,7 +12,7 @@ from controlplane.configbus import config_publish
 from controlplane.errors import ValidationFailed
 from health.breaker import CircuitSnapshot, get_engine
 from health.models import BreakerConfig, BreakerOverride
-from health.selectors import CONFIG_FIELDS, BreakerConfigValues, breaker_config_get
+from health.selectors import CONFIG_FIELDS, BreakerConfigValues, breaker_config_get, breaker_override_list
 
 LABELS = {
     "failure_threshold": "Failure threshold",
@@ -119,6 +119,41 @@ def _check_cap(errors: _Errors, initial: int | None, cap: int | None, *, field: 
         errors.add(field, f"Cooldown cap ({cap} s) must be at least the initial cooldown ({initial} s).")
 
 
+def _check_overrides(errors: _Errors, values: Mapping[str, Any]) -> None:
+    """Refuse global cooldowns that would leave an override with a cap below its initial cooldown."""
+    initial, cap = values["initial_cooldown_seconds"], values["cooldown_cap_seconds"]
+    if initial is None or cap is None:
+        return  # the field itself is invalid and already reported
+    # An override that sets only one of the two inherits the other from the global row.
+    low_caps: list[str] = []
+    high_initials: list[str] = []
+    for o in breaker_override_list():
+        if (
+            o.cooldown_cap_seconds is not None
+            and o.initial_cooldown_seconds is None
+            and o.cooldown_cap_seconds < initial
+        ):
+            low_caps.append(f"{o.provider}/{o.model} ({o.cooldown_cap_seconds} s)")
+        if (
+            o.initial_cooldown_seconds is not None
+            and o.cooldown_cap_seconds is None
+            and o.initial_cooldown_seconds > cap
+        ):
+            high_initials.append(f"{o.provider}/{o.model} ({o.initial_cooldown_seconds} s)")
+    if low_caps and not errors.errors.get("initial_cooldown_seconds"):
+        errors.add(
+            "initial_cooldown_seconds",
+            f"Initial cooldown ({initial} s) is above the cooldown cap of the override(s) {', '.join(low_caps)}, "
+            "which inherit the initial cooldown; change or delete those overrides first.",
+        )
+    if high_initials and not errors.errors.get("cooldown_cap_seconds"):
+        errors.add(
+            "cooldown_cap_seconds",
+            f"Cooldown cap ({cap} s) is below the initial cooldown of the override(s) {', '.join(high_initials)}, "
+            "which inherit the cap; change or delete those overrides first.",
+        )
+
+
 @transaction.atomic
 def breaker_config_update(*, actor: Any, data: Mapping[str, Any]) -> BreakerConfigValues:
     """Change the global thresholds (fields left out keep their value); audit the changed fields.
@@ -127,6 +162,9 @@ def breaker_config_update(*, actor: Any, data: Mapping[str, Any]) -> BreakerConf
     """
     errors = _Errors()
     _check_unknown(errors, data, CONFIG_FIELDS)
+    # Lock the global row (once it exists) before reading it and the overrides: breaker_override_set takes
+    # the same lock, so neither can validate against a value the other is about to change.
+    BreakerConfig.objects.select_for_update().filter(pk=BreakerConfig.SINGLETON_PK).first()
     current = breaker_config_get()
     values: dict[str, Any] = current.as_dict()
     for field in CONFIG_FIELDS:
@@ -143,6 +181,7 @@ def breaker_config_update(*, actor: Any, data: Mapping[str, Any]) -> BreakerConf
         else:
             values[field] = _parse_int(errors, field, value)
     _check_cap(errors, values["initial_cooldown_seconds"], values["cooldown_cap_seconds"], field="cooldown_cap_seconds")
+    _check_overrides(errors, values)
     errors.raise_if_any()
 
     before, after = diff_fields(current.as_dict(), values)
@@ -194,9 +233,13 @@ def breaker_override_set(*, actor: Any, provider: str, model: str, data: Mapping
             values[field] = _parse_int(errors, field, value)
     if all(values[f] is None for f in CONFIG_FIELDS) and not any(f in errors.errors for f in CONFIG_FIELDS):
         errors.add("__all__", "Set at least one field; an override with every field empty changes nothing.")
+    # The lock breaker_config_update takes: the global cooldowns cannot change under this check.
+    BreakerConfig.objects.select_for_update().filter(pk=BreakerConfig.SINGLETON_PK).first()
     base = breaker_config_get()
-    initial = values["initial_cooldown_seconds"] or base.initial_cooldown_seconds
-    cap = values["cooldown_cap_seconds"] or base.cooldown_cap_seconds
+    initial = values["initial_cooldown_seconds"]
+    initial = base.initial_cooldown_seconds if initial is None else initial
+    cap = values["cooldown_cap_seconds"]
+    cap = base.cooldown_cap_seconds if cap is None else cap
     cap_field = "cooldown_cap_seconds" if values["cooldown_cap_seconds"] is not None else "initial_cooldown_seconds"
     if values["cooldown_cap_seconds"] is not None or values["initial_cooldown_seconds"] is not None:
         _check_cap(errors, initial, cap, field=cap_field)

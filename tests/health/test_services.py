@@ -1,6 +1,7 @@
 import pytest
 
 from audit.models import AuditEvent
+from catalog.models import Provider
 from controlplane.errors import ValidationFailed
 from health.breaker import BreakerSettings, ManualClock, MemoryEngine, Outcome, State, use_engine
 from health.models import BreakerConfig, BreakerOverride
@@ -214,6 +215,12 @@ def test_breaker_override_set_again_audits_changed_fields_only(admin_user, catal
             {"initial_cooldown_seconds": ["Cooldown cap (300 s) must be at least the initial cooldown (301 s)."]},
         ),
         ("openai", "gpt-4o", {"minimum_requests": -1}, {"minimum_requests": ["Minimum requests must be at least 1."]}),
+        (
+            "openai",
+            "gpt-4o",
+            {"cooldown_cap_seconds": 0},
+            {"cooldown_cap_seconds": ["Cooldown cap (0 s) must be at least the initial cooldown (60 s)."]},
+        ),
     ],
 )
 def test_breaker_override_set_rejects_bad_input_and_saves_nothing(admin_user, catalog, provider, model, data, errors):
@@ -288,3 +295,55 @@ def test_circuit_list_rows_carry_effective_thresholds(admin_user, catalog, engin
         ("anthropic", "claude", State.CLOSED, 0, 1, 5, False),
         ("openai", "gpt-4o", State.CLOSED, 1, 1, 2, True),
     ]
+
+
+def test_breaker_config_update_refuses_an_initial_cooldown_above_an_override_cap(admin_user, catalog):
+    breaker_override_set(actor=admin_user, provider="openai", model="gpt-4o", data={"cooldown_cap_seconds": 60})
+
+    with pytest.raises(ValidationFailed) as exc:
+        breaker_config_update(actor=admin_user, data={"initial_cooldown_seconds": 120})
+
+    assert exc.value.errors == {
+        "initial_cooldown_seconds": [
+            "Initial cooldown (120 s) is above the cooldown cap of the override(s) openai/gpt-4o (60 s), "
+            "which inherit the initial cooldown; change or delete those overrides first."
+        ]
+    }
+    assert (BreakerConfig.objects.count(), AuditEvent.objects.count()) == (0, 1)
+    assert breaker_config_get().initial_cooldown_seconds == 60
+
+
+def test_breaker_config_update_refuses_a_cap_below_the_initial_cooldown_of_overrides(admin_user, catalog):
+    LlmModelFactory(name="gpt-4o-mini", provider=Provider.objects.get(name="openai"))
+    for model in ("gpt-4o-mini", "gpt-4o"):
+        breaker_override_set(actor=admin_user, provider="openai", model=model, data={"initial_cooldown_seconds": 200})
+    breaker_override_set(actor=admin_user, provider="openai", model="gpt-4o", data={"initial_cooldown_seconds": 250})
+
+    with pytest.raises(ValidationFailed) as exc:
+        breaker_config_update(actor=admin_user, data={"cooldown_cap_seconds": 100, "initial_cooldown_seconds": 90})
+
+    assert exc.value.errors == {
+        "cooldown_cap_seconds": [
+            "Cooldown cap (100 s) is below the initial cooldown of the override(s) openai/gpt-4o (250 s), "
+            "openai/gpt-4o-mini (200 s), which inherit the cap; change or delete those overrides first."
+        ]
+    }
+    assert (BreakerConfig.objects.count(), AuditEvent.objects.count()) == (0, 3)
+
+
+def test_breaker_config_update_accepts_cooldowns_an_override_sets_itself(admin_user, catalog):
+    breaker_override_set(
+        actor=admin_user,
+        provider="openai",
+        model="gpt-4o",
+        data={"initial_cooldown_seconds": 30, "cooldown_cap_seconds": 60},
+    )
+
+    values = breaker_config_update(
+        actor=admin_user, data={"initial_cooldown_seconds": 120, "cooldown_cap_seconds": 600}
+    )
+
+    assert (values.initial_cooldown_seconds, values.cooldown_cap_seconds) == (120, 600)
+    assert breaker_config_snapshot().for_circuit("openai", "gpt-4o") == BreakerSettings(
+        initial_cooldown_seconds=30, cooldown_cap_seconds=60
+    )
