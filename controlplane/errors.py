@@ -20,3 +20,12 @@ class ConflictError(ApplicationError):
     """The change conflicts with current state: stale version, referenced object (API 409)."""
 
     status_code = 409
+
+
+class ServiceUnavailable(ValidationFailed):
+    """A service the change needs is unreachable; retrying later may succeed (API 503).
+
+    A ValidationFailed so that views which show a service's refusal as a message show this one too.
+    """
+
+    status_code = 503

@@ -9,8 +9,8 @@ from django.db import transaction
 from audit.services import audit_record, diff_fields
 from catalog.models import LlmModel, Provider
 from controlplane.configbus import config_publish
-from controlplane.errors import ValidationFailed
-from health.breaker import CircuitSnapshot, get_engine
+from controlplane.errors import ServiceUnavailable, ValidationFailed
+from health.breaker import BreakerUnavailable, CircuitSnapshot, get_engine
 from health.models import BreakerConfig, BreakerOverride
 from health.selectors import CONFIG_FIELDS, BreakerConfigValues, breaker_config_get, breaker_override_list
 
@@ -305,7 +305,8 @@ def circuit_reset(*, actor: Any, provider: str, model: str) -> CircuitSnapshot:
 
     The audit event is written first and the engine reset is the transaction's last step, so a failed
     audit write leaves the circuit alone, and the row reads Closed as soon as the service returns.
-    Returns the circuit as it was when reset.
+    While Redis is unreachable nothing is reset or audited (ServiceUnavailable): a reset of this process's
+    local state alone would be dropped when Redis returns. Returns the circuit as it was when reset.
     """
     errors = _Errors()
     provider = (provider or "").strip() if isinstance(provider, str) else ""
@@ -317,6 +318,8 @@ def circuit_reset(*, actor: Any, provider: str, model: str) -> CircuitSnapshot:
     errors.raise_if_any()
     engine = get_engine()
     tracked = {(s.provider, s.model): s for s in engine.list_circuits()}
+    if engine.degraded:  # also when listing just found Redis gone
+        raise _reset_unavailable()
     before = tracked.get((provider, model))
     if before is None:
         raise ValidationFailed(
@@ -332,5 +335,13 @@ def circuit_reset(*, actor: Any, provider: str, model: str) -> CircuitSnapshot:
         before=_state_record(before),
         after={"provider": provider, "model": model, "state": "closed"},
     )
-    engine.reset(provider, model)
+    try:
+        engine.reset(provider, model)
+    except BreakerUnavailable:
+        raise _reset_unavailable() from None  # rolls the audit event back with the transaction
     return before
+
+
+def _reset_unavailable() -> ServiceUnavailable:
+    message = "Redis is unreachable: the circuit cannot be reset on every gateway now; try again when Redis is back."
+    return ServiceUnavailable(message, errors={"__all__": [message]})

@@ -8,7 +8,7 @@ Usage on the request path:
         engine.record(decision, Outcome.of_status(503))   # or Outcome.timeout(), .cancelled(), ...
 """
 
-from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine
+from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine, BreakerUnavailable
 from health.breaker.factory import build_engine, get_engine, peek_engine, use_engine
 from health.breaker.memory import MemoryEngine
 from health.breaker.types import (
@@ -33,6 +33,7 @@ __all__ = [
     "DEFAULT_PROBE_TIMEOUT_SECONDS",
     "BreakerEngine",
     "BreakerSettings",
+    "BreakerUnavailable",
     "CircuitSnapshot",
     "Clock",
     "ConfigSet",

@@ -11,6 +11,10 @@ from health.breaker.types import CircuitSnapshot, ConfigSet, Decision, Outcome, 
 DEFAULT_PROBE_TIMEOUT_SECONDS = 90.0
 
 
+class BreakerUnavailable(Exception):
+    """The shared circuit state cannot be reached, so a change every process must see cannot be made now."""
+
+
 class BreakerEngine(ABC):
     """One circuit per (provider, model): closed -> open -> half_open, as in DESIGN.md."""
 
@@ -32,7 +36,10 @@ class BreakerEngine(ABC):
 
     @abstractmethod
     def reset(self, provider: str, model: str) -> ResetResult:
-        """Close the circuit at once and forget its window and cooldown growth."""
+        """Close the circuit at once and forget its window and cooldown growth.
+
+        Raises BreakerUnavailable when the shared state is unreachable (a local reset would be lost).
+        """
 
     @abstractmethod
     def configure(self, config: ConfigSet) -> None:
@@ -41,6 +48,11 @@ class BreakerEngine(ABC):
     @property
     @abstractmethod
     def config(self) -> ConfigSet: ...
+
+    @property
+    def degraded(self) -> bool:
+        """True while the shared state is unreachable and decisions come from this process alone."""
+        return False
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until every recorded outcome has been applied. True when drained in time."""

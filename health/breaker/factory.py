@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from health.breaker.base import BreakerEngine
 from health.breaker.memory import MemoryEngine
@@ -18,25 +18,54 @@ DEFAULT_NAMESPACE = "cp:breaker"
 _engine: BreakerEngine | None = None
 _lock = threading.Lock()
 _listening = False
+# Newest configuration version this process's in-process listener has applied (see _load_config_in_subscriber).
+_applied_version = 0
+# The last configuration load error logged, so that a database outage logs one line, not one per change.
+_config_error: str | None = None
+_config_error_lock = threading.Lock()
 
 
-def load_config() -> ConfigSet:
-    """Thresholds from the database; the defaults when it cannot be read (the gateway keeps running)."""
+def _read_config() -> ConfigSet | None:
+    """Thresholds from the database; None when it cannot be read (logged once per distinct error)."""
+    global _config_error
     from health.selectors import breaker_config_snapshot
 
     try:
-        return breaker_config_snapshot()
-    except Exception:  # no database must not stop the breaker
-        log.exception("breaker: could not load the breaker configuration; using the previous/default one")
+        config = breaker_config_snapshot()
+    except Exception as exc:  # noqa: BLE001 - no database must not stop the breaker
+        message = f"{type(exc).__name__}: {exc}".strip()
+        with _config_error_lock:
+            repeated, _config_error = message == _config_error, message
+        if not repeated:
+            log.warning(
+                "breaker: could not load the breaker configuration (%s); using the previous/default one", message
+            )
+        return None
+    with _config_error_lock:
+        _config_error = None
+    return config
+
+
+def load_config() -> ConfigSet:
+    """Thresholds from the database; the current (or default) ones when it cannot be read (the gateway runs on)."""
+    config = _read_config()
+    if config is None:
         return _engine.config if _engine is not None else ConfigSet()
+    return config
 
 
-def _load_config_in_subscriber() -> ConfigSet:
-    """load_config for the Redis subscriber thread, which must not keep a database connection open."""
+def _load_config_in_subscriber(version: int) -> ConfigSet | None:
+    """The Redis subscriber's reload on a published `version` (0 = unknown); None = keep the current thresholds.
+
+    A version this process published has been applied by its in-process listener already, and so has every
+    earlier one (committed before it was numbered): skip those rather than read the database again.
+    """
     from django.db import connections
 
+    if 0 < version <= _applied_version:
+        return None
     try:
-        return load_config()
+        return _read_config()
     finally:
         connections.close_all()  # connections are per thread: this closes only the subscriber's
 
@@ -49,7 +78,7 @@ def build_engine(
     config: ConfigSet | None = None,
     probe_timeout_seconds: float | None = None,
     config_channel: str | None = None,
-    config_loader: object = None,
+    config_loader: Callable[[int], ConfigSet | None] | None = None,
 ) -> BreakerEngine:
     """A new engine: Redis when `redis_url` is set, memory otherwise. Tests pass a clock and a namespace."""
     extra = {} if probe_timeout_seconds is None else {"probe_timeout_seconds": probe_timeout_seconds}
@@ -69,9 +98,13 @@ def build_engine(
 
 
 def _on_config_change(version: int) -> None:
+    global _applied_version
     engine = _engine
     if engine is not None:
-        engine.configure(load_config())
+        config = _read_config()
+        if config is not None:
+            engine.configure(config)
+            _applied_version = max(_applied_version, version)
 
 
 def _listen() -> None:

@@ -20,6 +20,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -27,7 +28,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
 
-from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine
+from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine, BreakerUnavailable
 from health.breaker.lua import SCRIPTS
 from health.breaker.memory import MemoryEngine
 from health.breaker.types import (
@@ -126,7 +127,7 @@ class RedisEngine(BreakerEngine):
         resync_interval: float = 30.0,
         reconnect_interval: float = 1.0,
         config_channel: str | None = None,
-        config_loader: Any = None,
+        config_loader: Callable[[int], ConfigSet | None] | None = None,
     ) -> None:
         self._time_override = clock is not None
         self._clock: Clock = clock or SystemClock()
@@ -511,9 +512,16 @@ class RedisEngine(BreakerEngine):
             self._mirror_update(data["p"], data["m"], _Fields(data["f"]))
         elif self._config_loader is not None:
             try:
-                self.configure(self._config_loader())
+                version = int(message["data"])
+            except (TypeError, ValueError):
+                version = 0
+            try:
+                config = self._config_loader(version)
             except Exception:  # keep the old thresholds rather than stop following
                 log.exception("breaker: reloading the breaker configuration failed")
+                return
+            if config is not None:
+                self.configure(config)
 
     # ----- reads and reset -----------------------------------------------------------------------
 
@@ -578,18 +586,22 @@ class RedisEngine(BreakerEngine):
         return rows
 
     def reset(self, provider: str, model: str) -> ResetResult:
-        if not self._degraded:
-            try:
-                raw = self._eval("reset", provider, model, self._window_ms(provider, model))
-                self._client.sadd(self._registry, json.dumps([provider, model]))
-                now = int(raw[0])
-                before = self._snapshot(provider, model, now, int(raw[1]), int(raw[2]), _Fields(raw[3 : 3 + _FIELDS]))
-                fresh = _Fields(raw[3 + _FIELDS :])
-                self._mirror_update(provider, model, fresh)
-                return ResetResult(before=before, after=self._snapshot(provider, model, now, 0, 0, fresh))
-            except RedisError as exc:
-                self._enter_degraded(exc)
-        return self._local_engine().reset(provider, model)
+        # No local fallback: Redis is the truth again once it returns, so a reset made only here would be
+        # dropped then, with the circuit still open on every gateway.
+        if self._degraded:
+            raise BreakerUnavailable("Redis is unreachable")
+        try:
+            # Register first: a registered circuit without state reads as untracked, never the other way round.
+            self._client.sadd(self._registry, json.dumps([provider, model]))
+            raw = self._eval("reset", provider, model, self._window_ms(provider, model))
+        except RedisError as exc:
+            self._enter_degraded(exc)
+            raise BreakerUnavailable(f"Redis is unreachable ({exc})") from exc
+        now = int(raw[0])
+        before = self._snapshot(provider, model, now, int(raw[1]), int(raw[2]), _Fields(raw[3 : 3 + _FIELDS]))
+        fresh = _Fields(raw[3 + _FIELDS :])
+        self._mirror_update(provider, model, fresh)
+        return ResetResult(before=before, after=self._snapshot(provider, model, now, 0, 0, fresh))
 
     def close(self) -> None:
         self._stop.set()

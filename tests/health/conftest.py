@@ -1,5 +1,6 @@
 """Engines for the contract suite: one per backend, each with its own clock and Redis key namespace."""
 
+import socket
 import uuid
 
 import pytest
@@ -16,6 +17,15 @@ def delete_namespace(url: str, namespace: str) -> None:
     if keys:
         client.delete(*keys)
     client.close()
+
+
+def closed_port_url() -> str:
+    """A Redis URL on a local port nothing listens on: every connection is refused (Redis down)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    return f"redis://127.0.0.1:{port}/0"
 
 
 @pytest.fixture

@@ -6,10 +6,11 @@ import threading
 import uuid
 
 import pytest
+import redis
 
-from health.breaker import ManualClock, Outcome, State
+from health.breaker import BreakerUnavailable, ManualClock, Outcome, State, factory
 from health.breaker.redis_backend import RedisEngine
-from tests.health.conftest import M, P, config, delete_namespace
+from tests.health.conftest import M, P, closed_port_url, config, delete_namespace
 
 T0 = 1_700_000_000.0
 FAIL = Outcome.of_status(503)
@@ -53,14 +54,6 @@ class _Listener:
 
     def close(self) -> None:
         self.sock.close()
-
-
-def _closed_port_url() -> str:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    return f"redis://127.0.0.1:{port}/0"
 
 
 def test_restart_resumes_the_remaining_cooldown(redis_url, namespace, engines):
@@ -109,7 +102,7 @@ def test_closed_circuit_is_decided_without_a_round_trip(redis_url, namespace, en
     engine = _engine(engines, redis_url, namespace, clock)
     engine.record(engine.allow(P, M), Outcome.of_status(200))
     engine.flush()
-    dead = _engine(engines, _closed_port_url(), namespace, clock)
+    dead = _engine(engines, closed_port_url(), namespace, clock)
     real = engine._client, engine._fast
     # Cut the network: any round trip from here on fails and would flip the engine to degraded.
     engine._client, engine._fast = dead._client, dead._fast
@@ -125,7 +118,7 @@ def test_closed_circuit_is_decided_without_a_round_trip(redis_url, namespace, en
 def test_redis_down_never_raises_and_decides_locally(engines, caplog):
     caplog.set_level(logging.WARNING, logger="health.breaker.redis_backend")
     clock = ManualClock(T0)
-    engine = _engine(engines, _closed_port_url(), "test:breaker:down", clock, config=config())
+    engine = _engine(engines, closed_port_url(), "test:breaker:down", clock, config=config())
 
     for _ in range(10):
         engine.record(engine.allow(P, M), FAIL)
@@ -133,7 +126,6 @@ def test_redis_down_never_raises_and_decides_locally(engines, caplog):
     refused = engine.allow(P, M)
     snapshot = engine.get(P, M)
     rows = engine.list_circuits()
-    reset = engine.reset(P, M)
 
     assert engine.degraded is True
     assert (refused.allowed, snapshot.state, snapshot.failure_count, snapshot.total_requests) == (
@@ -143,7 +135,6 @@ def test_redis_down_never_raises_and_decides_locally(engines, caplog):
         10,
     )
     assert [(r.provider, r.model, r.state) for r in rows] == [(P, M, State.OPEN)]
-    assert (reset.before.state, reset.after.state, engine.allow(P, M).allowed) == (State.OPEN, State.CLOSED, True)
     unreachable = [r for r in caplog.records if "unreachable" in r.getMessage()]
     assert len(unreachable) == 1
 
@@ -170,7 +161,7 @@ def test_engine_keeps_the_mirror_when_redis_goes_away_and_resyncs_when_it_return
     _open(engine)
     real_client = engine._client
     real_fast = engine._fast
-    broken = _engine(engines, _closed_port_url(), namespace, clock)
+    broken = _engine(engines, closed_port_url(), namespace, clock)
     # Cut the network: the next round trip fails.
     engine._client, engine._fast = broken._client, broken._fast
     clock.advance(60)
@@ -186,3 +177,107 @@ def test_engine_keeps_the_mirror_when_redis_goes_away_and_resyncs_when_it_return
     assert (back, engine.degraded) == (True, False)
     # Redis is the truth again: the circuit there is still open with its cooldown over (half-open).
     assert engine.get(P, M).state is State.HALF_OPEN
+
+
+def test_reset_while_redis_is_down_is_refused_and_leaves_the_circuit_open(redis_url, namespace, engines):
+    clock = ManualClock(T0)
+    engine = _engine(engines, redis_url, namespace, clock)
+    _open(engine)
+    real = engine._client, engine._fast
+    broken = _engine(engines, closed_port_url(), namespace, clock)
+    # Cut the network: the reset's round trip fails, and the engine is degraded from then on.
+    engine._client, engine._fast = broken._client, broken._fast
+
+    with pytest.raises(BreakerUnavailable):
+        engine.reset(P, M)
+    degraded = engine.degraded
+    with pytest.raises(BreakerUnavailable):
+        engine.reset(P, M)
+    refused_locally = engine.allow(P, M)
+    engine._client, engine._fast = real
+    back = engine.resync()
+
+    assert (degraded, refused_locally.allowed, refused_locally.state) == (True, False, State.OPEN)
+    assert (back, engine.degraded, engine.get(P, M).state, engine.allow(P, M).allowed) == (
+        True,
+        False,
+        State.OPEN,
+        False,
+    )
+
+
+def test_keys_keep_the_plain_tag_and_encode_slash_and_percent_in_the_provider(redis_url, namespace, engines):
+    engine = _engine(engines, redis_url, namespace, ManualClock(T0))
+    for provider, model in [(P, M), ("a/b%", "c/d")]:
+        engine.record(engine.allow(provider, model), FAIL)
+    assert engine.flush()
+
+    keys = sorted(redis.Redis.from_url(redis_url, decode_responses=True).scan_iter(match=f"{namespace}:*"))
+
+    assert keys == sorted(
+        [
+            f"{namespace}:circuits",
+            f"{namespace}:{{openai/gpt-4o}}:s",
+            f"{namespace}:{{openai/gpt-4o}}:w",
+            f"{namespace}:{{openai/gpt-4o}}:f",
+            f"{namespace}:{{a%2Fb%25/c/d}}:s",
+            f"{namespace}:{{a%2Fb%25/c/d}}:w",
+            f"{namespace}:{{a%2Fb%25/c/d}}:f",
+        ]
+    )
+
+
+def _wait_subscribed(client: redis.Redis, channel: str) -> None:
+    # The engine subscribes in its own thread (not clock-driven): wait for it, bounded.
+    ready = threading.Event()
+    for _ in range(500):
+        if dict(client.pubsub_numsub(channel)).get(channel, 0) >= 1:
+            ready.set()
+            break
+        ready.wait(0.01)
+    assert ready.is_set()
+
+
+def test_config_subscriber_logs_an_unreadable_database_once_without_a_traceback(
+    redis_url, namespace, engines, caplog, monkeypatch
+):
+    # No django_db mark: pytest-django refuses every database access, as a database outage would.
+    monkeypatch.setattr(factory, "_config_error", None)
+    caplog.set_level(logging.DEBUG, logger="health.breaker")
+    loads = threading.Semaphore(0)
+
+    def loader(version: int):
+        try:
+            return factory._load_config_in_subscriber(version)
+        finally:
+            loads.release()
+
+    channel = f"{namespace}:config"
+    engine = _engine(
+        engines,
+        redis_url,
+        namespace,
+        ManualClock(T0),
+        config=config(failure_threshold=3),
+        config_channel=channel,
+        config_loader=loader,
+    )
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    _wait_subscribed(client, channel)
+
+    for _ in range(3):
+        client.publish(channel, "0")
+    loaded = [loads.acquire(timeout=5) for _ in range(3)]
+
+    assert loaded == [True, True, True]
+    assert [(r.name, r.levelno, r.exc_info, r.getMessage()) for r in caplog.records] == [
+        (
+            "health.breaker.factory",
+            logging.WARNING,
+            None,
+            "breaker: could not load the breaker configuration (RuntimeError: Database access not allowed, "
+            'use the "django_db" mark, or the "db" or "transactional_db" fixtures to enable it.); '
+            "using the previous/default one",
+        )
+    ]
+    assert engine.config == config(failure_threshold=3)

@@ -1,17 +1,32 @@
+import uuid
+
 import pytest
 
 from audit.models import AuditEvent
 from catalog.models import Provider
-from controlplane.errors import ValidationFailed
-from health.breaker import BreakerSettings, ManualClock, MemoryEngine, Outcome, State, use_engine
+from controlplane.configbus import config_publish
+from controlplane.errors import ServiceUnavailable, ValidationFailed
+from health.breaker import (
+    BreakerSettings,
+    BreakerUnavailable,
+    ManualClock,
+    MemoryEngine,
+    Outcome,
+    State,
+    build_engine,
+    factory,
+    use_engine,
+)
 from health.models import BreakerConfig, BreakerOverride
 from health.selectors import breaker_config_get, breaker_config_snapshot, breaker_override_list, circuit_list
 from health.services import breaker_config_update, breaker_override_delete, breaker_override_set, circuit_reset
 from tests.factories import LlmModelFactory, ProviderFactory
+from tests.health.conftest import closed_port_url
 
 pytestmark = pytest.mark.django_db
 
 T0 = 1_700_000_000.0
+REDIS_DOWN = "Redis is unreachable: the circuit cannot be reset on every gateway now; try again when Redis is back."
 
 
 @pytest.fixture
@@ -297,6 +312,39 @@ def test_circuit_list_rows_carry_effective_thresholds(admin_user, catalog, engin
     ]
 
 
+def test_circuit_reset_while_redis_is_down_is_refused_and_not_audited(admin_user):
+    engine = build_engine(
+        redis_url=closed_port_url(), namespace=f"test:breaker:{uuid.uuid4().hex}", clock=ManualClock(T0)
+    )
+    _open(engine)  # decided locally: Redis is down
+
+    with use_engine(engine), pytest.raises(ServiceUnavailable) as exc:
+        circuit_reset(actor=admin_user, provider="openai", model="gpt-4o")
+
+    engine.close()
+    assert (exc.value.status_code, exc.value.message, exc.value.errors) == (503, REDIS_DOWN, {"__all__": [REDIS_DOWN]})
+    assert AuditEvent.objects.count() == 0
+    assert engine.get("openai", "gpt-4o").state is State.OPEN
+
+
+class _RedisLostDuringReset(MemoryEngine):
+    """Answers the listing, then loses Redis on the reset itself (as the Redis engine raises then)."""
+
+    def reset(self, provider, model):
+        raise BreakerUnavailable("Redis is unreachable")
+
+
+def test_circuit_reset_that_loses_redis_midway_is_refused_and_not_audited(admin_user):
+    engine = _RedisLostDuringReset(clock=ManualClock(T0))
+    _open(engine)
+
+    with use_engine(engine), pytest.raises(ServiceUnavailable) as exc:
+        circuit_reset(actor=admin_user, provider="openai", model="gpt-4o")
+
+    assert (exc.value.status_code, exc.value.message) == (503, REDIS_DOWN)
+    assert AuditEvent.objects.count() == 0
+
+
 def test_breaker_config_update_refuses_an_initial_cooldown_above_an_override_cap(admin_user, catalog):
     breaker_override_set(actor=admin_user, provider="openai", model="gpt-4o", data={"cooldown_cap_seconds": 60})
 
@@ -347,3 +395,9 @@ def test_breaker_config_update_accepts_cooldowns_an_override_sets_itself(admin_u
     assert breaker_config_snapshot().for_circuit("openai", "gpt-4o") == BreakerSettings(
         initial_cooldown_seconds=30, cooldown_cap_seconds=60
     )
+
+
+def test_config_subscriber_skips_a_version_this_process_already_applied(engine):
+    version = config_publish()
+
+    assert factory._load_config_in_subscriber(version) is None
