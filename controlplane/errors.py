@@ -22,10 +22,7 @@ class ConflictError(ApplicationError):
     status_code = 409
 
 
-class ServiceUnavailable(ValidationFailed):
-    """A service the change needs is unreachable; retrying later may succeed (API 503).
-
-    A ValidationFailed so that views which show a service's refusal as a message show this one too.
-    """
+class ServiceUnavailable(ApplicationError):
+    """A service the change needs is unreachable; retrying later may succeed (API 503)."""
 
     status_code = 503

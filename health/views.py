@@ -22,7 +22,7 @@ from django_htmx.middleware import HtmxDetails
 
 from catalog.selectors import llm_model_list, provider_list
 from chains.templatetags.console_tags import ago
-from controlplane.errors import ValidationFailed
+from controlplane.errors import ApplicationError, ValidationFailed
 from controlplane.permissions import role_required
 from controlplane.roles import Role
 from health.breaker import State
@@ -248,7 +248,7 @@ def reset(request: HtmxRequest) -> HttpResponse:
     provider, model = CircuitForm(request.POST).target()
     try:
         before = circuit_reset(actor=request.user, provider=provider, model=model)
-    except ValidationFailed as exc:
+    except ApplicationError as exc:  # invalid target, or the breaker's Redis unreachable
         messages.error(request, exc.message)
     else:
         was = STATE_LABELS.get(before.state, str(before.state))
