@@ -1,18 +1,122 @@
+"""Catalog admin. Writes go through catalog.services, so the admin validates, refuses (409) and audits
+exactly like the API; a refusal becomes an error message and nothing changes."""
+
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.db import transaction
-from django.db.models.deletion import ProtectedError
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
-from audit.admin_mixins import AuditedAdminMixin
 from catalog.enums import Capability
 from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
-from catalog.services import api_key_create, api_key_revoke
+from catalog.services import (
+    AgentInput,
+    ApplicationInput,
+    LlmModelInput,
+    ProviderInput,
+    TeamInput,
+    agent_create,
+    agent_delete,
+    agent_update,
+    agent_validate,
+    api_key_create,
+    api_key_revoke,
+    application_create,
+    application_delete,
+    application_update,
+    application_validate,
+    llm_model_create,
+    llm_model_delete,
+    llm_model_update,
+    llm_model_validate,
+    provider_create,
+    provider_delete,
+    provider_update,
+    provider_validate,
+    team_create,
+    team_delete,
+    team_update,
+    team_validate,
+    user_delete,
+)
+from controlplane.errors import ApplicationError, ValidationFailed
 
 
-class ProviderForm(forms.ModelForm):
+class ServiceForm(forms.ModelForm):
+    """Runs the service's validation in clean(), so the admin shows the API's messages next to the fields."""
+
+    def service_input(self) -> Any:
+        raise NotImplementedError
+
+    def service_validate(self, data: Any) -> None:
+        raise NotImplementedError
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned  # the service would only repeat what the fields already say
+        try:
+            self.service_validate(self.service_input())
+        except ValidationFailed as exc:
+            for field, problems in exc.errors.items():
+                self.add_error(field if field in self.fields else None, problems)
+        return cleaned
+
+    @property
+    def current(self) -> Any:
+        """The stored object being edited (None when adding)."""
+        return self.instance if self.instance.pk else None
+
+
+class ServiceAdmin(admin.ModelAdmin):
+    """Turns a service refusal (ApplicationError) into an error message; the transaction rolls back."""
+
+    def _refused(self, request: HttpRequest, exc: ApplicationError, url: str) -> HttpResponse:
+        self.message_user(request, exc.message, messages.ERROR)
+        return HttpResponseRedirect(url)
+
+    def changeform_view(
+        self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        # The form already ran the service's checks; this catches a write that raced another one.
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ApplicationError as exc:
+            return self._refused(request, exc, request.get_full_path())
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except ApplicationError as exc:
+            return self._refused(request, exc, request.path.rsplit("/delete/", 1)[0] + "/change/")
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        # "Delete selected" logs and deletes outside a transaction; one refusal must undo the whole batch.
+        try:
+            with transaction.atomic():
+                return super().changelist_view(request, extra_context)
+        except ApplicationError as exc:
+            return self._refused(request, exc, request.get_full_path())
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        with transaction.atomic():
+            for obj in queryset:
+                self.delete_model(request, obj)
+
+
+def _saved(obj: Any, saved: Any) -> None:
+    # The admin redirects and logs with `obj`; give it the row the service wrote.
+    obj.pk = saved.pk
+    obj.refresh_from_db()
+
+
+# --- providers and models ----------------------------------------------------------------------
+
+
+class ProviderForm(ServiceForm):
     api_key = forms.CharField(
         required=False,
         widget=forms.PasswordInput(render_value=False),
@@ -23,30 +127,22 @@ class ProviderForm(forms.ModelForm):
         model = Provider
         fields = ["name", "protocol", "base_url", "api_key", "connect_timeout", "read_timeout"]
 
-    def clean_api_key(self) -> str:
-        value = self.cleaned_data.get("api_key", "")
-        if not value and self.instance.pk:
-            return self.instance.api_key  # keep the stored key
-        return value
+    def service_input(self) -> ProviderInput:
+        data = self.cleaned_data
+        return ProviderInput(
+            name=data["name"],
+            base_url=data["base_url"],
+            protocol=data["protocol"],
+            connect_timeout=data["connect_timeout"],
+            read_timeout=data["read_timeout"],
+        )
 
-
-class ProtectedDeleteMixin:
-    """Turn a ProtectedError into a message naming what still references the object."""
-
-    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> Any:
-        try:
-            with transaction.atomic():
-                return super().delete_view(request, object_id, extra_context)  # type: ignore[misc]
-        except ProtectedError as exc:
-            names = sorted({str(o) for o in exc.protected_objects})
-            self.message_user(request, f"Cannot delete: still used by {', '.join(names)}.", messages.ERROR)  # type: ignore[attr-defined]
-            from django.shortcuts import redirect
-
-            return redirect(request.path.rsplit("/delete/", 1)[0] + "/change/")
+    def service_validate(self, data: ProviderInput) -> None:
+        provider_validate(data=data, provider=self.current)
 
 
 @admin.register(Provider)
-class ProviderAdmin(ProtectedDeleteMixin, AuditedAdminMixin, admin.ModelAdmin):
+class ProviderAdmin(ServiceAdmin):
     form = ProviderForm
     list_display = ["name", "protocol", "base_url", "has_api_key", "connect_timeout", "read_timeout"]
     search_fields = ["name"]
@@ -55,8 +151,23 @@ class ProviderAdmin(ProtectedDeleteMixin, AuditedAdminMixin, admin.ModelAdmin):
     def has_api_key(self, obj: Provider) -> bool:
         return bool(obj.api_key)
 
+    def save_model(self, request: HttpRequest, obj: Provider, form: ProviderForm, change: bool) -> None:
+        api_key = form.cleaned_data["api_key"]
+        if change:
+            # A blank key field keeps the stored key.
+            current = Provider.objects.get(pk=obj.pk)
+            saved = provider_update(
+                actor=request.user, provider=current, data=form.service_input(), api_key=api_key or None
+            )
+        else:
+            saved = provider_create(actor=request.user, data=form.service_input(), api_key=api_key)
+        _saved(obj, saved)
 
-class LlmModelForm(forms.ModelForm):
+    def delete_model(self, request: HttpRequest, obj: Provider) -> None:
+        provider_delete(actor=request.user, provider=obj)
+
+
+class LlmModelForm(ServiceForm):
     capabilities = forms.MultipleChoiceField(
         choices=Capability.choices, widget=forms.CheckboxSelectMultiple, required=False
     )
@@ -65,30 +176,134 @@ class LlmModelForm(forms.ModelForm):
         model = LlmModel
         fields = ["name", "provider", "capabilities", "input_price_per_mtok", "output_price_per_mtok", "context_window"]
 
+    def service_input(self) -> LlmModelInput:
+        data = self.cleaned_data
+        return LlmModelInput(
+            name=data["name"],
+            provider=data["provider"].name,
+            capabilities=list(data["capabilities"]),
+            input_price_per_mtok=data["input_price_per_mtok"],
+            output_price_per_mtok=data["output_price_per_mtok"],
+            context_window=data["context_window"],
+        )
+
+    def service_validate(self, data: LlmModelInput) -> None:
+        llm_model_validate(data=data, model=self.current)
+
 
 @admin.register(LlmModel)
-class LlmModelAdmin(ProtectedDeleteMixin, AuditedAdminMixin, admin.ModelAdmin):
+class LlmModelAdmin(ServiceAdmin):
     form = LlmModelForm
     list_display = ["name", "provider", "input_price_per_mtok", "output_price_per_mtok", "context_window"]
     list_filter = ["provider"]
     search_fields = ["name"]
 
+    def save_model(self, request: HttpRequest, obj: LlmModel, form: LlmModelForm, change: bool) -> None:
+        if change:
+            current = LlmModel.objects.select_related("provider").get(pk=obj.pk)
+            saved = llm_model_update(actor=request.user, model=current, data=form.service_input())
+        else:
+            saved = llm_model_create(actor=request.user, data=form.service_input())
+        _saved(obj, saved)
+
+    def delete_model(self, request: HttpRequest, obj: LlmModel) -> None:
+        llm_model_delete(actor=request.user, model=obj)
+
+
+# --- teams, applications, agents ---------------------------------------------------------------
+
+
+class TeamForm(ServiceForm):
+    class Meta:
+        model = Team
+        fields = ["name"]
+
+    def service_input(self) -> TeamInput:
+        return TeamInput(name=self.cleaned_data["name"])
+
+    def service_validate(self, data: TeamInput) -> None:
+        team_validate(data=data, team=self.current)
+
 
 @admin.register(Team)
-class TeamAdmin(AuditedAdminMixin, admin.ModelAdmin):
+class TeamAdmin(ServiceAdmin):
+    form = TeamForm
     search_fields = ["name"]
+
+    def save_model(self, request: HttpRequest, obj: Team, form: TeamForm, change: bool) -> None:
+        if change:
+            saved = team_update(actor=request.user, team=Team.objects.get(pk=obj.pk), data=form.service_input())
+        else:
+            saved = team_create(actor=request.user, data=form.service_input())
+        _saved(obj, saved)
+
+    def delete_model(self, request: HttpRequest, obj: Team) -> None:
+        team_delete(actor=request.user, team=obj)
+
+
+class ApplicationForm(ServiceForm):
+    class Meta:
+        model = Application
+        fields = ["name", "team"]
+
+    def service_input(self) -> ApplicationInput:
+        team = self.cleaned_data["team"]
+        return ApplicationInput(name=self.cleaned_data["name"], team=team.name if team else None)
+
+    def service_validate(self, data: ApplicationInput) -> None:
+        application_validate(data=data, application=self.current)
 
 
 @admin.register(Application)
-class ApplicationAdmin(AuditedAdminMixin, admin.ModelAdmin):
+class ApplicationAdmin(ServiceAdmin):
+    form = ApplicationForm
     list_display = ["name", "team"]
     search_fields = ["name"]
 
+    def save_model(self, request: HttpRequest, obj: Application, form: ApplicationForm, change: bool) -> None:
+        if change:
+            current = Application.objects.select_related("team").get(pk=obj.pk)
+            saved = application_update(actor=request.user, application=current, data=form.service_input())
+        else:
+            saved = application_create(actor=request.user, data=form.service_input())
+        _saved(obj, saved)
+
+    def delete_model(self, request: HttpRequest, obj: Application) -> None:
+        application_delete(actor=request.user, application=obj)
+
+
+class AgentForm(ServiceForm):
+    class Meta:
+        model = Agent
+        fields = ["name", "application"]
+
+    def service_input(self) -> AgentInput:
+        application = self.cleaned_data["application"]
+        return AgentInput(name=self.cleaned_data["name"], application=application.name if application else None)
+
+    def service_validate(self, data: AgentInput) -> None:
+        agent_validate(data=data, agent=self.current)
+
 
 @admin.register(Agent)
-class AgentAdmin(AuditedAdminMixin, admin.ModelAdmin):
+class AgentAdmin(ServiceAdmin):
+    form = AgentForm
     list_display = ["name", "application"]
     search_fields = ["name"]
+
+    def save_model(self, request: HttpRequest, obj: Agent, form: AgentForm, change: bool) -> None:
+        if change:
+            current = Agent.objects.select_related("application").get(pk=obj.pk)
+            saved = agent_update(actor=request.user, agent=current, data=form.service_input())
+        else:
+            saved = agent_create(actor=request.user, data=form.service_input())
+        _saved(obj, saved)
+
+    def delete_model(self, request: HttpRequest, obj: Agent) -> None:
+        agent_delete(actor=request.user, agent=obj)
+
+
+# --- gateway keys and users --------------------------------------------------------------------
 
 
 @admin.register(ApiKey)
@@ -129,3 +344,17 @@ class ApiKeyAdmin(admin.ModelAdmin):
         for key in queryset:
             api_key_revoke(actor=request.user, key=key)
         self.message_user(request, f"Revoked {queryset.count()} key(s).")
+
+
+User = get_user_model()
+if admin.site.is_registered(User):
+    admin.site.unregister(User)
+
+
+@admin.register(User)
+class UserAdmin(ServiceAdmin, DjangoUserAdmin):
+    """Django's user admin, except that deleting goes through user_delete: a user that a chain, rule or
+    guardrail is scoped to, or who owns gateway keys (revoked, never deleted), is kept."""
+
+    def delete_model(self, request: HttpRequest, obj: Any) -> None:
+        user_delete(actor=request.user, user=obj)

@@ -40,23 +40,24 @@ def models_of_provider(*, provider: Provider) -> list[str]:
 
 
 def scope_references(*, scope_type: str, scope_id: int) -> dict[str, list[str]]:
-    """Chains and routing rules scoped to one target (a team, application, agent, user or key), by name.
+    """Chains, routing rules and guardrails scoped to one target (a team, application, agent, user or key), by name.
 
     Scopes store a bare target id (no foreign key), so deleting a target they name would leave them dangling.
     """
     from chains.models import FallbackChain
-    from routing.models import RoutingRule
+    from routing.models import Guardrail, RoutingRule
 
     refs: dict[str, list[str]] = {}
-    chains = sorted(
-        FallbackChain.objects.filter(scope_type=scope_type, scope_id=scope_id).values_list("name", flat=True)
-    )
-    rules = sorted(RoutingRule.objects.filter(scope_type=scope_type, scope_id=scope_id).values_list("name", flat=True))
-    if chains:
-        refs["chains"] = chains
-    if rules:
-        refs["routing_rules"] = rules
+    for kind, model in (("chains", FallbackChain), ("routing_rules", RoutingRule), ("guardrails", Guardrail)):
+        names = sorted(model.objects.filter(scope_type=scope_type, scope_id=scope_id).values_list("name", flat=True))
+        if names:
+            refs[kind] = names
     return refs
+
+
+def api_keys_of_user(*, user: AbstractBaseUser) -> list[str]:
+    """Every gateway key the user owns, revoked ones included, as "name (prefix…)"."""
+    return [str(key) for key in ApiKey.objects.filter(user=user).order_by("created_at", "id")]
 
 
 def user_by_username(*, username: str) -> AbstractBaseUser | None:

@@ -14,12 +14,16 @@ from audit.services import audit_record, diff_fields
 from catalog.enums import Capability, Protocol, ScopeType
 from catalog.keys import key_generate
 from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team, base_url_problem
-from catalog.selectors import models_of_provider, scope_references, user_by_username
+from catalog.selectors import api_keys_of_user, models_of_provider, scope_references, user_by_username
 from chains.selectors import chains_referencing_model, chains_referencing_provider
 from controlplane.configbus import config_publish
 from controlplane.errors import ConflictError, ValidationFailed
 from routing.models import Alias
-from routing.selectors import aliases_referencing_model, routing_rules_referencing_model
+from routing.selectors import (
+    aliases_referencing_model,
+    guardrails_referencing_model,
+    routing_rules_referencing_model,
+)
 
 Errors = dict[str, list[str]]
 
@@ -64,7 +68,13 @@ def refuse_if_referenced(what: str, refs: dict[str, list[str]]) -> None:
     """Raise ConflictError naming every object that still refers to `what`."""
     if not refs:
         return
-    labels = {"chains": "chains", "routing_rules": "routing rules", "aliases": "aliases", "models": "models"}
+    labels = {
+        "chains": "chains",
+        "routing_rules": "routing rules",
+        "guardrails": "guardrails",
+        "aliases": "aliases",
+        "models": "models",
+    }
     parts = [f"{labels.get(kind, kind)} {', '.join(f'“{n}”' for n in names)}" for kind, names in refs.items()]
     raise ConflictError(f"{what} is still used by {'; '.join(parts)}. Change or delete those first.", errors=refs)
 
@@ -171,6 +181,11 @@ def _provider_validate(data: ProviderInput, *, exclude_pk: int | None) -> dict[s
         "connect_timeout": data.connect_timeout,
         "read_timeout": data.read_timeout,
     }
+
+
+def provider_validate(*, data: ProviderInput, provider: Provider | None = None) -> None:
+    """Raise ValidationFailed as provider_create (or provider_update of `provider`) would; writes nothing."""
+    _provider_validate(data, exclude_pk=provider.pk if provider else None)
 
 
 @transaction.atomic
@@ -295,6 +310,11 @@ def _llm_model_validate(data: LlmModelInput, *, exclude_pk: int | None) -> dict[
     }
 
 
+def llm_model_validate(*, data: LlmModelInput, model: LlmModel | None = None) -> None:
+    """Raise ValidationFailed as llm_model_create (or llm_model_update of `model`) would; writes nothing."""
+    _llm_model_validate(data, exclude_pk=model.pk if model else None)
+
+
 @transaction.atomic
 def llm_model_create(*, actor: Any, data: LlmModelInput) -> LlmModel:
     """Add a model to the catalog."""
@@ -327,12 +347,14 @@ def llm_model_update(*, actor: Any, model: LlmModel, data: LlmModelInput) -> Llm
 
 @transaction.atomic
 def llm_model_delete(*, actor: Any, model: LlmModel) -> None:
-    """Delete a model no chain, routing rule or alias uses (ConflictError names them otherwise)."""
+    """Delete a model no chain, routing rule, guardrail or alias uses (ConflictError names them otherwise)."""
     refs: dict[str, list[str]] = {}
     if chains := chains_referencing_model(model=model):
         refs["chains"] = chains
     if rules := routing_rules_referencing_model(model=model):
         refs["routing_rules"] = rules
+    if guardrails := guardrails_referencing_model(model=model):
+        refs["guardrails"] = guardrails
     if aliases := aliases_referencing_model(model=model):
         refs["aliases"] = aliases
     refuse_if_referenced(f"Model “{model.name}”", refs)
@@ -393,6 +415,11 @@ def _team_validate(data: TeamInput, *, exclude_pk: int | None) -> str:
     return name
 
 
+def team_validate(*, data: TeamInput, team: Team | None = None) -> None:
+    """Raise ValidationFailed as team_create (or team_update of `team`) would; writes nothing."""
+    _team_validate(data, exclude_pk=team.pk if team else None)
+
+
 @transaction.atomic
 def team_create(*, actor: Any, data: TeamInput) -> Team:
     team = Team(name=_team_validate(data, exclude_pk=None))
@@ -422,7 +449,7 @@ def team_update(*, actor: Any, team: Team, data: TeamInput) -> Team:
 
 @transaction.atomic
 def team_delete(*, actor: Any, team: Team) -> None:
-    """Delete a team no chain or routing rule is scoped to; its applications and keys lose the team."""
+    """Delete a team no chain, routing rule or guardrail is scoped to; its applications and keys lose the team."""
     _scoped_target_delete(
         actor=actor,
         obj=team,
@@ -450,6 +477,11 @@ def _application_validate(data: ApplicationInput, *, exclude_pk: int | None) -> 
     team = _named(errors, "team", data.team, label="team", lookup=lambda n: Team.objects.filter(name=n).first())
     raise_if_errors(errors)
     return {"name": name, "team": team}
+
+
+def application_validate(*, data: ApplicationInput, application: Application | None = None) -> None:
+    """Raise ValidationFailed as application_create (or application_update of `application`) would; writes nothing."""
+    _application_validate(data, exclude_pk=application.pk if application else None)
 
 
 @transaction.atomic
@@ -488,7 +520,7 @@ def application_update(*, actor: Any, application: Application, data: Applicatio
 
 @transaction.atomic
 def application_delete(*, actor: Any, application: Application) -> None:
-    """Delete an application no chain or routing rule is scoped to."""
+    """Delete an application no chain, routing rule or guardrail is scoped to."""
     _scoped_target_delete(
         actor=actor,
         obj=application,
@@ -524,6 +556,11 @@ def _agent_validate(data: AgentInput, *, exclude_pk: int | None) -> dict[str, An
     return {"name": name, "application": application}
 
 
+def agent_validate(*, data: AgentInput, agent: Agent | None = None) -> None:
+    """Raise ValidationFailed as agent_create (or agent_update of `agent`) would; writes nothing."""
+    _agent_validate(data, exclude_pk=agent.pk if agent else None)
+
+
 @transaction.atomic
 def agent_create(*, actor: Any, data: AgentInput) -> Agent:
     agent = Agent(**_agent_validate(data, exclude_pk=None))
@@ -554,7 +591,7 @@ def agent_update(*, actor: Any, agent: Agent, data: AgentInput) -> Agent:
 
 @transaction.atomic
 def agent_delete(*, actor: Any, agent: Agent) -> None:
-    """Delete an agent no chain or routing rule is scoped to."""
+    """Delete an agent no chain, routing rule or guardrail is scoped to."""
     _scoped_target_delete(
         actor=actor,
         obj=agent,
@@ -562,6 +599,44 @@ def agent_delete(*, actor: Any, agent: Agent) -> None:
         object_type="agent",
         label="Agent",
         snapshot=_agent_snapshot(agent),
+    )
+
+
+# --- users ------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def user_delete(*, actor: Any, user: Any) -> None:
+    """Delete a user no chain, routing rule or guardrail is scoped to and who owns no gateway key.
+
+    Keys are revoked, never deleted (request logs name them), and deleting a user would delete theirs:
+    such a user is deactivated instead.
+    """
+    what = f"User “{user.get_username()}”"
+    refuse_if_referenced(what, scope_references(scope_type=ScopeType.USER, scope_id=user.pk))
+    if keys := api_keys_of_user(user=user):
+        raise ConflictError(
+            f"{what} owns gateway keys {', '.join(f'“{k}”' for k in keys)}. Keys are revoked, never deleted: "
+            "deactivate the user instead.",
+            errors={"api_keys": keys},
+        )
+    snapshot = {
+        "username": user.get_username(),
+        "email": user.email,
+        "is_active": user.is_active,
+        "is_staff": user.is_staff,
+        "is_superuser": user.is_superuser,
+        "groups": sorted(user.groups.values_list("name", flat=True)),
+    }
+    pk = user.pk
+    _delete(user, what=what)
+    audit_record(
+        actor=actor,
+        action="user.delete",
+        object_type="user",
+        object_id=pk,
+        object_repr=snapshot["username"],
+        before=snapshot,
     )
 
 

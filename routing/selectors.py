@@ -1,9 +1,9 @@
-"""Reads of routing rules and aliases."""
+"""Reads of routing rules, aliases and guardrails."""
 
 from django.db.models import Q, QuerySet
 
 from catalog.models import LlmModel
-from routing.models import Alias, RoutingRule
+from routing.models import Alias, Guardrail, RoutingRule
 
 
 def routing_rule_list() -> QuerySet[RoutingRule]:
@@ -25,3 +25,9 @@ def routing_rules_referencing_model(*, model: LlmModel) -> list[str]:
 def aliases_referencing_model(*, model: LlmModel) -> list[str]:
     """Names of the aliases that map to `model`."""
     return sorted(Alias.objects.filter(model=model).values_list("name", flat=True))
+
+
+def guardrails_referencing_model(*, model: LlmModel) -> list[str]:
+    """Names of the guardrails that match `model` or rewrite to it."""
+    qs = Guardrail.objects.filter(Q(model=model) | Q(target_model=model))
+    return sorted(set(qs.values_list("name", flat=True)))

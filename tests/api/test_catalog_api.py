@@ -6,6 +6,7 @@ from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditEvent
 from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
+from routing.models import Guardrail
 from tests.api.helpers import patch_json, post_json, put_json
 from tests.factories import (
     AgentFactory,
@@ -412,6 +413,19 @@ def test_model_delete_referenced_by_rules_and_aliases_is_409_naming_them(admin_c
 
     assert response.status_code == 409
     assert response.json()["errors"] == {"routing_rules": ["Downgrade"], "aliases": ["smart"]}
+
+
+def test_model_delete_referenced_by_a_guardrail_is_409_naming_it(admin_client):
+    model = LlmModelFactory(name="gpt-4o")
+    Guardrail.objects.create(name="No gpt-4o", model=model, action="deny", message="Too expensive.")
+
+    response = admin_client.delete(f"/api/models/{model.pk}/")
+
+    assert response.status_code == 409
+    assert response.json() == {
+        "detail": "Model “gpt-4o” is still used by guardrails “No gpt-4o”. Change or delete those first.",
+        "errors": {"guardrails": ["No gpt-4o"]},
+    }
 
 
 def test_model_delete_unreferenced(admin_client):
