@@ -1,6 +1,7 @@
 """Catalog admin. Writes go through catalog.services, so the admin validates, refuses (409) and audits
 exactly like the API; a refusal becomes an error message and nothing changes."""
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -48,11 +49,9 @@ from controlplane.errors import ApplicationError, ValidationFailed
 class ServiceForm(forms.ModelForm):
     """Runs the service's validation in clean(), so the admin shows the API's messages next to the fields."""
 
-    def service_input(self) -> Any:
-        raise NotImplementedError
-
-    def service_validate(self, data: Any) -> None:
-        raise NotImplementedError
+    # Each subclass defines both: the service input built from cleaned_data, and the service's check.
+    service_input: Callable[[], Any]
+    service_validate: Callable[[Any], None]
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
