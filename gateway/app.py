@@ -392,18 +392,27 @@ class GatewayApp:
     async def _attempt(
         self, call: _Call, snap: Snapshot, send: Any, target: Target, decision: Decision | None, *, step: int
     ) -> None:
-        """Call one target. Records exactly one outcome for `decision`, whatever happens."""
-        outcome: Outcome | None = None
+        """Call one target. Reports exactly one outcome for `decision`, before the response's last bytes."""
+        reported = False
+
+        def report(outcome: Outcome) -> None:
+            nonlocal reported
+            if not reported:
+                reported = True
+                self._record(decision, outcome)
+
         try:
-            outcome = await self._attempt_inner(call, snap, send, target, step=step)
+            await self._attempt_inner(call, snap, send, target, report, step=step)
         except asyncio.CancelledError:
-            outcome = Outcome.cancelled()
+            report(Outcome.cancelled())
             raise
         finally:
             # Anything unexpected still reports (as a connection error) so no probe slot is held.
-            self._record(decision, outcome or Outcome.connection_error())
+            report(Outcome.connection_error())
 
-    async def _attempt_inner(self, call: _Call, snap: Snapshot, send: Any, target: Target, *, step: int) -> Outcome:
+    async def _attempt_inner(
+        self, call: _Call, snap: Snapshot, send: Any, target: Target, report: Any, *, step: int
+    ) -> None:
         assert call.route is not None
         call.served, call.chain_step = target, step
         call.fallback = step > 0
@@ -432,9 +441,10 @@ class GatewayApp:
             attempt["error"], attempt["duration_ms"] = kind, _ms(t0)
             status = 504 if kind == "timeout" else 502
             call.status, call.error_kind = status, kind
+            report(Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
             self._log(call)
             await _respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
-            return Outcome.timeout() if kind == "timeout" else Outcome.connection_error()
+            return
         except asyncio.CancelledError:
             attempt["error"], attempt["duration_ms"] = "cancelled", _ms(t0)
             raise
@@ -447,10 +457,11 @@ class GatewayApp:
                 self._usage_from_body(call, response.body)
             else:
                 call.error_kind = "upstream_status"
+            report(Outcome.of_status(response.status))
             self._log(call)
             await _respond(send, response.status, response.body, headers=response.headers, extra=headers)
-            return Outcome.of_status(response.status)
-        return await self._relay_stream(call, send, response, headers, attempt, t0, deadline)
+            return
+        await self._relay_stream(call, send, response, headers, attempt, t0, deadline, report)
 
     async def _relay_stream(
         self,
@@ -461,7 +472,8 @@ class GatewayApp:
         attempt: dict[str, Any],
         t0: float,
         deadline: float,
-    ) -> Outcome:
+        report: Any,
+    ) -> None:
         """Pass SSE chunks through as they arrive; committed after the first one."""
         assert response.stream is not None
         started = False
@@ -485,14 +497,14 @@ class GatewayApp:
             kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
             message = exc.message if isinstance(exc, UpstreamError) else "the upstream exceeded the deadline"
             attempt["error"], attempt["duration_ms"] = kind, _ms(t0)
-            outcome = Outcome.timeout() if kind == "timeout" else Outcome.connection_error()
+            report(Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
             if not started:
                 # Nothing was committed yet: answer with a plain error status.
                 status = 504 if kind == "timeout" else 502
                 call.status, call.error_kind = status, kind
                 self._log(call)
                 await _respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
-                return outcome
+                return
             call.error_kind = "stream_interrupted"
             self._log(call)
             # End with an error event and never [DONE], so a truncated answer never looks complete.
@@ -503,11 +515,12 @@ class GatewayApp:
                     "body": sse_error(f"The upstream stream was interrupted: {message}", code="stream_interrupted"),
                 }
             )
-            return outcome
+            return
         except asyncio.CancelledError:
             attempt["error"], attempt["duration_ms"] = "cancelled", _ms(t0)
             raise
         attempt["duration_ms"] = _ms(t0)
+        report(Outcome.of_status(200))
         if not started:
             await send({"type": "http.response.start", "status": 200, "headers": [*_SSE_HEADERS, *headers]})
             call.status = 200
@@ -518,7 +531,6 @@ class GatewayApp:
         else:
             closing = (b"" if not tail or tail.endswith(b"\n\n") else b"\n\n") + b"data: [DONE]\n\n"
         await send({"type": "http.response.body", "body": closing, "more_body": False})
-        return Outcome.of_status(200)
 
     # -- helpers ---------------------------------------------------------------------
     def _attribution(self, call: _Call, target: Target) -> list[tuple[bytes, bytes]]:
