@@ -1,5 +1,6 @@
 """`make run`: the simulator, then ONE process serving the console and the gateway (embedded mode)."""
 
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,17 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 ROOT = Path(__file__).resolve().parents[3]
+
+
+def _die_with_parent() -> None:
+    """Linux: the simulator gets SIGTERM when this process dies, however it dies (uvicorn re-raises
+    SIGTERM after its graceful shutdown, which skips `finally` blocks)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 class Command(BaseCommand):
@@ -26,6 +38,7 @@ class Command(BaseCommand):
         simulator = subprocess.Popen(  # noqa: S603 - our own interpreter and command
             [sys.executable, "manage.py", "run_simulator", "--host", "127.0.0.1", "--port", str(simulator_port)],
             cwd=ROOT,
+            preexec_fn=_die_with_parent,
         )
         key_file = settings.VAR_DIR / "demo_gateway_key"
         key = key_file.read_text().strip() if key_file.exists() else "<your gateway key>"
