@@ -316,11 +316,14 @@ class FastTransport(httpx.AsyncBaseTransport):
         slots = self._slots.get(origin)
         if slots is None:
             slots = self._slots[origin] = asyncio.Semaphore(self._max_connections)
-        try:
-            async with asyncio.timeout(connect_timeout):
-                await slots.acquire()
-        except TimeoutError:
-            raise httpx.PoolTimeout("every connection to the upstream is busy") from None
+        if slots.locked():
+            try:
+                async with asyncio.timeout(connect_timeout):
+                    await slots.acquire()
+            except TimeoutError:
+                raise httpx.PoolTimeout("every connection to the upstream is busy") from None
+        else:
+            await slots.acquire()  # a free slot: no waiting, no timer
         try:
             return await self._send(origin, payload, slots, connect_timeout, read_timeout)
         except BaseException:
