@@ -339,21 +339,29 @@ class GatewayApp:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _proxy_watching_disconnect(self, call: _Call, snap: Snapshot, receive: Any, send: Any) -> None:
-        """Run the upstream work; if the client disconnects first, cancel it (the upstream call too)."""
-        work = asyncio.ensure_future(self._proxy(call, snap, send))
-        watch = asyncio.ensure_future(_wait_disconnect(receive))
+        """Run the upstream work in this task; if the client disconnects first, cancel it (the upstream call too)."""
+        task = asyncio.current_task()
+        assert task is not None
+        state = {"done": False, "gone": False}
+
+        async def watch() -> None:
+            await _wait_disconnect(receive)
+            # Same event loop: this runs only while the work is suspended, so `done` is exact.
+            if not state["done"]:
+                state["gone"] = True
+                task.cancel()
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            await asyncio.wait((work, watch), return_when=asyncio.FIRST_COMPLETED)
+            await self._proxy(call, snap, send)
+        except asyncio.CancelledError:
+            if state["gone"]:
+                task.uncancel()
+                raise _ClientGone from None
+            raise  # our own cancellation (shutdown): let it through
         finally:
-            client_gone = watch.done() and not watch.cancelled()
-            watch.cancel()
-            if not work.done():
-                work.cancel()
-                await asyncio.wait((work,))
-                if client_gone:
-                    raise _ClientGone
-                # Our own task is being cancelled (shutdown): let the cancellation through.
-        work.result()
+            state["done"] = True
+            watcher.cancel()
 
     def _callable(self, snap: Snapshot, target: Target) -> bool:
         provider = snap.providers.get(target.provider)

@@ -95,6 +95,8 @@ class Simulator:
         self.requests: Counter[str] = Counter()
         # Streams that ran to their end (lets tests see a chunk arrive before the upstream finished).
         self.completed_streams: Counter[str] = Counter()
+        # Calls whose client (the gateway) went away while the simulator held them (mode "hang").
+        self.abandoned: Counter[str] = Counter()
         # Tests may hold a provider's stream after its first chunk until they set the event.
         self.gates: dict[str, threading.Event] = {}
         self._flaky_seq: Counter[str] = Counter()
@@ -141,7 +143,8 @@ class Simulator:
         if b.latency_ms:
             await asyncio.sleep(b.latency_ms / 1000)
         if b.mode == "hang":
-            await _wait_disconnect(receive, limit=600)
+            if await _wait_disconnect(receive, limit=600):
+                self.abandoned[name] += 1
             return
         if b.mode == "status" or (b.mode == "flaky" and self._flaky_fails(name, b.fail_rate)):
             await _json(send, b.status, _error(f"Simulated {b.status} from {name}", "server_error"))
@@ -300,13 +303,15 @@ async def _read_body(receive: Receive) -> bytes:
     return b"".join(chunks)
 
 
-async def _wait_disconnect(receive: Receive, limit: float) -> None:
+async def _wait_disconnect(receive: Receive, limit: float) -> bool:
+    """True when the client went away, False when `limit` passed first."""
     try:
         async with asyncio.timeout(limit):
             while (await receive())["type"] != "http.disconnect":
                 pass
     except TimeoutError:
-        return
+        return False
+    return True
 
 
 async def _json(send: Send, status: int, payload: Any) -> None:

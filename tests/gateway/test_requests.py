@@ -286,3 +286,39 @@ def test_openai_sdk_works_unchanged(gateway, world):
     assert completion.choices[0].message.content == "Simulated reply from openai for gpt-4o."
     assert completion.model == "gpt-4o"
     assert "".join(pieces) == "word1 word2 word3 word4 "
+
+
+def test_client_disconnect_cancels_the_upstream_call(gateway, world):
+    import socket
+    import time
+
+    from catalog.models import Provider
+
+    Provider.objects.filter(name="openai").update(base_url=f"{world.sim_url}/hang/v1", read_timeout=60)
+    gateway.app.config.reload()
+    body = json.dumps(BODY).encode()
+    host, port = gateway.url.removeprefix("http://").split(":")
+    client = socket.create_connection((host, int(port)))
+    client.sendall(
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        + f"Authorization: Bearer {world.secret}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+
+    def until(predicate):  # bounded wait for another thread's progress (not a timing assertion)
+        deadline = time.monotonic() + 10
+        while not predicate() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return predicate()
+
+    reached = until(lambda: world.sim.requests["hang"] == 1)
+    client.close()
+    abandoned = until(lambda: world.sim.abandoned["hang"] == 1)
+    logged = until(lambda: gateway.sink.flush(timeout=1) and RequestLog.objects.exists())
+
+    assert (reached, abandoned, logged) == (True, True, True)
+    row = RequestLog.objects.get()
+    assert (row.status, row.error_kind) == (499, "client_disconnected")
+    circuit = gateway.app.engine.get("openai", "gpt-4o")
+    # A cancelled call is neither a success nor a failure for the breaker.
+    assert (circuit.failure_count, circuit.total_requests) == (0, 0)
