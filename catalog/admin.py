@@ -12,7 +12,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
 from catalog.enums import Capability
-from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
+from catalog.models import Agent, ApiKey, Application, ConsoleToken, LlmModel, Provider, Team
 from catalog.services import (
     AgentInput,
     ApplicationInput,
@@ -29,6 +29,7 @@ from catalog.services import (
     application_delete,
     application_update,
     application_validate,
+    console_token_revoke,
     llm_model_create,
     llm_model_delete,
     llm_model_update,
@@ -343,6 +344,39 @@ class ApiKeyAdmin(admin.ModelAdmin):
         for key in queryset:
             api_key_revoke(actor=request.user, key=key)
         self.message_user(request, f"Revoked {queryset.count()} key(s).")
+
+
+@admin.register(ConsoleToken)
+class ConsoleTokenAdmin(admin.ModelAdmin):
+    """Read-only: `manage.py create_api_token` issues tokens (the secret is shown once); here they are revoked."""
+
+    list_display = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
+    list_filter = ["revoked_at"]
+    search_fields = ["name", "prefix", "user__username"]
+    fields = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
+    readonly_fields = fields
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: ConsoleToken | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: ConsoleToken | None = None) -> bool:
+        return False  # revoke instead: a revoked token stays listed with its dates
+
+    def has_revoke_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm("catalog.change_consoletoken")
+
+    @admin.action(description="Revoke selected tokens", permissions=["revoke"])
+    def revoke(self, request: HttpRequest, queryset: Any) -> None:
+        revoked = 0
+        with transaction.atomic():
+            for token in queryset.filter(revoked_at=None).select_related("user"):
+                console_token_revoke(actor=request.user, token=token)
+                revoked += 1
+        self.message_user(request, f"Revoked {revoked} token(s).")
 
 
 User = get_user_model()

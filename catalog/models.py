@@ -179,6 +179,32 @@ class ApiKey(models.Model):
         return self.revoked_at is None
 
 
+class ConsoleToken(models.Model):
+    """A REST API token for scripts. Like ApiKey, only a SHA-256 of the secret is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="console_tokens")
+    name = models.CharField(max_length=128)
+    # Unique: `manage.py revoke_api_token PREFIX` looks a token up by it.
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    # Unique: every authenticated API request looks its token up by this hash.
+    hashed_secret = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    # Written at most once a minute per token, so authentication rarely writes.
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "console API token"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None
+
+
 class Scoped(models.Model):
     """Abstract: a scope type and the id of its target (None for global)."""
 

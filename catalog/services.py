@@ -1,6 +1,7 @@
 """Writes of catalog objects. Each service is one transaction and writes its audit event inside it."""
 
 import math
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -12,8 +13,8 @@ from django.utils import timezone
 
 from audit.services import audit_record, diff_fields
 from catalog.enums import Capability, Protocol, ScopeType
-from catalog.keys import key_generate
-from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team, base_url_problem
+from catalog.keys import key_generate, key_hash
+from catalog.models import Agent, ApiKey, Application, ConsoleToken, LlmModel, Provider, Team, base_url_problem
 from catalog.selectors import api_keys_of_user, models_of_provider, scope_references, user_by_username
 from chains.selectors import chains_referencing_model, chains_referencing_provider
 from controlplane.configbus import config_publish
@@ -770,3 +771,58 @@ def api_key_revoke(*, actor: Any, key: ApiKey) -> ApiKey:
         )
         transaction.on_commit(config_publish)
     return key
+
+
+# --- console API tokens (REST API scripts) -----------------------------------------------------
+
+_CONSOLE_TOKEN_PREFIX = "cpt-"
+
+
+def _console_token_snapshot(token: ConsoleToken) -> dict[str, Any]:
+    # Never the secret nor its hash.
+    return {"name": token.name, "prefix": token.prefix, "user": token.user.get_username()}
+
+
+@transaction.atomic
+def console_token_create(*, actor: Any, user: Any, name: str) -> tuple[ConsoleToken, str]:
+    """Issue a REST API token for `user`; only its SHA-256 is stored, the secret is returned once."""
+    errors: Errors = {}
+    name = (name or "").strip()
+    if not name:
+        errors["name"] = ["Token name is required and cannot be only whitespace."]
+    elif len(name) > 128:
+        errors["name"] = ["Token name is at most 128 characters."]
+    raise_if_errors(errors)
+    # Same shape as the gateway keys (catalog.keys), with its own prefix so the two are never confused.
+    ident = secrets.token_hex(4)
+    secret = f"{_CONSOLE_TOKEN_PREFIX}{ident}-{secrets.token_urlsafe(32)}"
+    token = ConsoleToken.objects.create(
+        user=user, name=name, prefix=f"{_CONSOLE_TOKEN_PREFIX}{ident}", hashed_secret=key_hash(secret)
+    )
+    audit_record(
+        actor=actor,
+        action="console_token.create",
+        object_type="console_token",
+        object_id=token.pk,
+        object_repr=str(token),
+        after=_console_token_snapshot(token),
+    )
+    return token, secret
+
+
+@transaction.atomic
+def console_token_revoke(*, actor: Any, token: ConsoleToken) -> ConsoleToken:
+    """Revoke a REST API token at once (idempotent: revoking it again changes and audits nothing)."""
+    updated = ConsoleToken.objects.filter(pk=token.pk, revoked_at=None).update(revoked_at=timezone.now())
+    token.refresh_from_db()
+    if updated:
+        audit_record(
+            actor=actor,
+            action="console_token.revoke",
+            object_type="console_token",
+            object_id=token.pk,
+            object_repr=str(token),
+            before={"revoked_at": None},
+            after={"revoked_at": token.revoked_at},
+        )
+    return token

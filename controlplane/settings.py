@@ -61,7 +61,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django_htmx",
     "rest_framework",
-    "rest_framework.authtoken",
     "drf_spectacular",
     "controlplane",
     "audit",
@@ -200,7 +199,7 @@ SECURE_CSP = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "rest_framework.authentication.TokenAuthentication",
+        "controlplane.authentication.ConsoleTokenAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.IsAdminRole"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

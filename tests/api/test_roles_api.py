@@ -4,10 +4,10 @@ import pytest
 from django.contrib.auth.models import Group
 from django.core.management import call_command
 from django.test import Client
-from rest_framework.authtoken.models import Token
 
 from audit.models import AuditEvent
 from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
+from catalog.services import console_token_create
 from chains.models import FallbackChain
 from routing.models import Alias, RoutingRule
 from tests.conftest import PASSWORD
@@ -145,23 +145,27 @@ def token_client(token: str) -> Client:
     return Client(headers={"Authorization": f"Token {token}"})
 
 
-def test_token_auth_for_admin(admin_user, objects):
-    token = Token.objects.create(user=admin_user)
+def token_of(user) -> str:
+    return console_token_create(actor=None, user=user, name="script")[1]
 
-    response = token_client(token.key).get("/api/chains/")
+
+def test_token_auth_for_admin(admin_user, objects):
+    secret = token_of(admin_user)
+
+    response = token_client(secret).get("/api/chains/")
 
     assert response.status_code == 200
     assert response.json()["count"] == 1
 
 
 def test_token_auth_can_write_without_csrf(admin_user, catalog):
-    token = Token.objects.create(user=admin_user)
-    client = Client(enforce_csrf_checks=True, headers={"Authorization": f"Token {token.key}"})
+    secret = token_of(admin_user)
+    client = Client(enforce_csrf_checks=True, headers={"Authorization": f"Token {secret}"})
 
     response = client.post("/api/teams/", {"name": "Scripted"}, content_type="application/json")
 
     assert response.status_code == 201
-    assert AuditEvent.objects.get().actor_name == "alice"
+    assert AuditEvent.objects.get(action="team.create").actor_name == "alice"
 
 
 def test_session_auth_write_needs_csrf(admin_user, catalog):
@@ -176,12 +180,12 @@ def test_session_auth_write_needs_csrf(admin_user, catalog):
 
 
 def test_token_auth_respects_roles(bi_user, plain_user):
-    bi_token = Token.objects.create(user=bi_user)
-    user_token = Token.objects.create(user=plain_user)
+    bi_token = token_of(bi_user)
+    user_token = token_of(plain_user)
 
-    assert token_client(bi_token.key).get("/api/chains/").status_code == 403
-    assert token_client(bi_token.key).get("/api/audit/").status_code == 200
-    assert token_client(user_token.key).get("/api/audit/").status_code == 403
+    assert token_client(bi_token).get("/api/chains/").status_code == 403
+    assert token_client(bi_token).get("/api/audit/").status_code == 200
+    assert token_client(user_token).get("/api/audit/").status_code == 403
 
 
 def test_invalid_token_is_refused(db):

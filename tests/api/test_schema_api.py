@@ -106,3 +106,18 @@ def test_schema_documents_the_health_api(admin_client):
         "total_requests",
     ]
     assert "required" not in schemas["BreakerConfigInput"]
+
+
+def test_schema_documents_session_and_token_auth(admin_client):
+    schema = admin_client.get("/api/schema/", {"format": "json"}).json()
+
+    assert schema["components"]["securitySchemes"] == {
+        "cookieAuth": {"type": "apiKey", "in": "cookie", "name": "sessionid"},
+        "tokenAuth": {
+            "type": "apiKey",
+            "in": "header",
+            "name": "Authorization",
+            "description": 'Token-based authentication with required prefix "Token"',
+        },
+    }
+    assert schema["paths"]["/api/teams/"]["get"]["security"] == [{"cookieAuth": []}, {"tokenAuth": []}]
