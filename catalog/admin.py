@@ -387,7 +387,73 @@ if admin.site.is_registered(User):
 @admin.register(User)
 class UserAdmin(ServiceAdmin, DjangoUserAdmin):
     """Django's user admin, except that deleting goes through user_delete: a user that a chain, rule or
-    guardrail is scoped to, or who owns gateway keys (revoked, never deleted), is kept."""
+    guardrail is scoped to, or who owns gateway keys (revoked, never deleted), is kept.
+
+    Saves are audited in the transaction of the save: "user.create", and "user.update" with the changed fields
+    among username, is_active, is_staff, is_superuser and groups; a new password is recorded only as
+    "(changed)"."""
+
+    @staticmethod
+    def _audited_fields(user: Any) -> dict[str, Any]:
+        return {
+            "username": user.get_username(),
+            "is_active": user.is_active,
+            "is_staff": user.is_staff,
+            "is_superuser": user.is_superuser,
+            "groups": sorted(user.groups.values_list("name", flat=True)),
+        }
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if change:
+            # The form has already changed `obj`; the stored row still holds the values before this save.
+            form.audit_before = self._audited_fields(User._default_manager.get(pk=obj.pk))
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        # Groups are written here, after save_model. Django's changeform view (and the user add view) runs
+        # save_model, save_related and the audit write in one transaction.
+        from audit.services import audit_record, diff_fields
+
+        super().save_related(request, form, formsets, change)
+        user = form.instance
+        before: dict[str, Any] | None = None
+        after = self._audited_fields(user)
+        if change:
+            before, after = diff_fields(form.audit_before, after)
+            if not after:
+                return
+        audit_record(
+            actor=request.user,
+            action="user.update" if change else "user.create",
+            object_type="user",
+            object_id=user.pk,
+            object_repr=user.get_username(),
+            before=before,
+            after=after,
+        )
+
+    def user_change_password(self, request: HttpRequest, id: str, form_url: str = "") -> HttpResponse:
+        from django.contrib.admin.utils import unquote
+
+        from audit.services import audit_record
+
+        # Django's password view is not atomic: without this block the new hash would commit on its own.
+        with transaction.atomic():
+            stored = User._default_manager.filter(pk=unquote(id))
+            before = stored.values_list("password", flat=True).first()
+            response = super().user_change_password(request, id, form_url)
+            user = stored.first()
+            if user is not None and user.password != before:
+                # Neither hash is recorded, only that the password changed (or was disabled).
+                audit_record(
+                    actor=request.user,
+                    action="user.update",
+                    object_type="user",
+                    object_id=user.pk,
+                    object_repr=user.get_username(),
+                    after={"password": "(changed)"},
+                )
+        return response
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         user_delete(actor=request.user, user=obj)
