@@ -1,4 +1,6 @@
-"""Writes of routing rules and aliases. Each service is one transaction and writes its audit event inside it."""
+"""Writes of routing rules, aliases and guardrails.
+
+Each service is one transaction and writes its audit event inside it."""
 
 from dataclasses import dataclass
 from typing import Any
@@ -12,10 +14,12 @@ from catalog.scopes import Scope, scope_validate
 from catalog.services import Errors, name_checked, raise_if_errors
 from controlplane.configbus import config_publish
 from controlplane.errors import ValidationFailed
-from routing.models import Alias, RoutingRule
+from routing.models import Alias, Guardrail, GuardrailAction, RoutingRule
 
 RULE_NAME_MAX = 200
 ALIAS_NAME_MAX = 128
+GUARDRAIL_NAME_MAX = 200
+GUARDRAIL_MESSAGE_MAX = 300
 
 
 @dataclass(frozen=True)
@@ -86,6 +90,11 @@ def _routing_rule_validate(data: RoutingRuleInput, *, exclude_pk: int | None) ->
         "scope_id": scope.id,
         "enabled": bool(data.enabled),
     }
+
+
+def routing_rule_validate(*, data: RoutingRuleInput, rule: RoutingRule | None = None) -> None:
+    """Raise ValidationFailed as routing_rule_create (or routing_rule_update of `rule`) would; writes nothing."""
+    _routing_rule_validate(data, exclude_pk=rule.pk if rule else None)
 
 
 def _rule_unique_violation() -> ValidationFailed:
@@ -180,6 +189,11 @@ def _alias_validate(data: AliasInput, *, exclude_pk: int | None) -> dict[str, An
     return {"name": name, "model": model}
 
 
+def alias_validate(*, data: AliasInput, alias: Alias | None = None) -> None:
+    """Raise ValidationFailed as alias_create (or alias_update of `alias`) would; writes nothing."""
+    _alias_validate(data, exclude_pk=alias.pk if alias else None)
+
+
 def _alias_unique_violation() -> ValidationFailed:
     message = "Another alias with this name was saved at the same time; choose another name."
     return ValidationFailed(message, errors={"name": [message]})
@@ -242,6 +256,143 @@ def alias_delete(*, actor: Any, alias: Alias) -> None:
         actor=actor,
         action="alias.delete",
         object_type="alias",
+        object_id=pk,
+        object_repr=snapshot["name"],
+        before=snapshot,
+    )
+    transaction.on_commit(config_publish)
+
+
+@dataclass(frozen=True)
+class GuardrailInput:
+    name: str
+    action: str
+    model: str | None = None  # None or blank: the guardrail matches every model
+    target_model: str | None = None
+    message: str = ""
+    scope_type: str = ScopeType.GLOBAL
+    scope_id: int | None = None
+    enabled: bool = True
+
+
+def _guardrail_snapshot(guardrail: Guardrail) -> dict[str, Any]:
+    return {
+        "name": guardrail.name,
+        "model": guardrail.model.name if guardrail.model_id else None,
+        "action": guardrail.action,
+        "target_model": guardrail.target_model.name if guardrail.target_model_id else None,
+        "message": guardrail.message,
+        "scope": {"type": guardrail.scope_type, "id": guardrail.scope_id},
+        "enabled": guardrail.enabled,
+    }
+
+
+def _optional_model_named(errors: Errors, field_name: str, value: str | None) -> LlmModel | None:
+    name = (value or "").strip()
+    if not name:
+        return None
+    model = LlmModel.objects.filter(name=name).first()
+    if model is None:
+        errors.setdefault(field_name, []).append(f"Unknown model “{name}”.")
+    return model
+
+
+def _guardrail_validate(data: GuardrailInput) -> dict[str, Any]:
+    """Check every rule and collect all field errors before raising."""
+    errors: Errors = {}
+    name = (data.name or "").strip()
+    if not name:
+        errors["name"] = ["Guardrail name is required and cannot be only whitespace."]
+    elif len(name) > GUARDRAIL_NAME_MAX:
+        errors["name"] = [f"Guardrail name is at most {GUARDRAIL_NAME_MAX} characters."]
+    if data.action not in GuardrailAction.values:
+        errors["action"] = [f"Action must be one of: {', '.join(GuardrailAction.values)}."]
+    model = _optional_model_named(errors, "model", data.model)
+    target = _optional_model_named(errors, "target_model", data.target_model)
+    message = (data.message or "").strip()
+    if len(message) > GUARDRAIL_MESSAGE_MAX:
+        errors.setdefault("message", []).append(f"Message is at most {GUARDRAIL_MESSAGE_MAX} characters.")
+    if data.action == GuardrailAction.REWRITE:
+        if not (data.target_model or "").strip():
+            errors.setdefault("target_model", []).append("A rewrite guardrail needs the model to call instead.")
+        elif model is not None and target is not None and model.pk == target.pk:
+            errors.setdefault("target_model", []).append("Target model must differ from the model it rewrites.")
+    if data.action == GuardrailAction.DENY and not message:
+        errors.setdefault("message", []).append("Say why the request is refused; the client sees this message.")
+    scope: Scope | None = None
+    try:
+        scope = scope_validate(scope_type=data.scope_type, scope_id=data.scope_id)
+    except ValidationFailed as exc:
+        for field_name, messages in exc.errors.items():
+            errors.setdefault(field_name, []).extend(messages)
+    raise_if_errors(errors)
+    assert scope is not None
+    return {
+        "name": name,
+        "model": model,
+        "action": data.action,
+        "target_model": target,
+        "message": message,
+        "scope_type": scope.type,
+        "scope_id": scope.id,
+        "enabled": bool(data.enabled),
+    }
+
+
+def guardrail_validate(*, data: GuardrailInput) -> None:
+    """Raise ValidationFailed as guardrail_create or guardrail_update would; writes nothing."""
+    _guardrail_validate(data)
+
+
+@transaction.atomic
+def guardrail_create(*, actor: Any, data: GuardrailInput) -> Guardrail:
+    """Create a guardrail: deny needs a message, rewrite a target model other than the matched one."""
+    guardrail = Guardrail(**_guardrail_validate(data))
+    guardrail.save()
+    audit_record(
+        actor=actor,
+        action="guardrail.create",
+        object_type="guardrail",
+        object_id=guardrail.pk,
+        object_repr=guardrail.name,
+        after=_guardrail_snapshot(guardrail),
+    )
+    transaction.on_commit(config_publish)
+    return guardrail
+
+
+@transaction.atomic
+def guardrail_update(*, actor: Any, guardrail: Guardrail, data: GuardrailInput) -> Guardrail:
+    """Replace a guardrail's fields; audit the changed ones."""
+    fields = _guardrail_validate(data)
+    before = _guardrail_snapshot(guardrail)
+    for name, value in fields.items():
+        setattr(guardrail, name, value)
+    guardrail.save()
+    changed_before, changed_after = diff_fields(before, _guardrail_snapshot(guardrail))
+    if changed_after:
+        audit_record(
+            actor=actor,
+            action="guardrail.update",
+            object_type="guardrail",
+            object_id=guardrail.pk,
+            object_repr=guardrail.name,
+            before=changed_before,
+            after=changed_after,
+        )
+    transaction.on_commit(config_publish)
+    return guardrail
+
+
+@transaction.atomic
+def guardrail_delete(*, actor: Any, guardrail: Guardrail) -> None:
+    """Delete a guardrail; the audit event keeps a full snapshot."""
+    snapshot, pk = _guardrail_snapshot(guardrail), guardrail.pk
+    guardrail.delete()
+    audit_record(
+        actor=actor,
+        action="guardrail.delete",
+        object_type="guardrail",
         object_id=pk,
         object_repr=snapshot["name"],
         before=snapshot,
