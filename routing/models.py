@@ -62,16 +62,25 @@ class Guardrail(Scoped):
 
     name = models.CharField(max_length=200)
     model = models.ForeignKey(
-        LlmModel, null=True, blank=True, on_delete=models.PROTECT, related_name="guardrails",
+        LlmModel,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="guardrails",
         help_text="Leave empty to match every model.",
     )
     action = models.CharField(max_length=16, choices=GuardrailAction.choices, default=GuardrailAction.DENY)
     target_model = models.ForeignKey(
-        LlmModel, null=True, blank=True, on_delete=models.PROTECT, related_name="guardrails_to",
+        LlmModel,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="guardrails_to",
         help_text="For rewrite: the model to call instead.",
     )
-    message = models.CharField(max_length=300, blank=True, default="",
-                               help_text="For deny: the reason the client sees.")
+    message = models.CharField(
+        max_length=300, blank=True, default="", help_text="For deny: the reason the client sees."
+    )
     enabled = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

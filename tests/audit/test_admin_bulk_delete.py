@@ -24,6 +24,6 @@ def test_admin_bulk_delete_deletes_and_audits_every_object(admin_client):
     assert Alias.objects.count() == 0
     events = AuditEvent.objects.order_by("id")
     assert [(e.action, e.object_repr) for e in events] == [
-        ("alias.delete", "fast → gpt-4o"),
-        ("alias.delete", "smart → gpt-4o"),
+        ("alias.delete", "fast"),
+        ("alias.delete", "smart"),
     ]
