@@ -104,7 +104,7 @@ MIDDLEWARE = [
     "controlplane.middleware.HtmxMessagesMiddleware",
 ]
 
-ROOT_URLCONF = "controlplane.urls"
+ROOT_URLCONF = "gateway.urls" if GATEWAY_PROCESS else "controlplane.urls"
 WSGI_APPLICATION = "controlplane.wsgi.application"
 ASGI_APPLICATION = "controlplane.asgi.application"
 
