@@ -12,7 +12,6 @@ import logging
 import threading
 import time
 
-from django.conf import settings
 from django.db import connections
 
 from controlplane.configbus import CHANNEL, VERSION_KEY, config_subscribe, config_unsubscribe
@@ -148,10 +147,6 @@ class ConfigHolder:
             except Exception as exc:  # noqa: BLE001 - reconnect after any Redis failure
                 log.warning("config subscriber lost Redis (%s); retrying", type(exc).__name__)
                 self._stop.wait(self._retry_seconds)
-
-
-def holder_for_settings() -> ConfigHolder:
-    return ConfigHolder(redis_url=settings.REDIS_URL)
 
 
 def wait_for_version(holder: ConfigHolder, version: int, timeout: float) -> bool:

@@ -19,9 +19,6 @@ class UpstreamError(Exception):
         self.message = message
 
 
-FALLBACK_ELIGIBLE_STATUS = frozenset({429, 500, 502, 503, 504})
-
-
 @dataclass(slots=True)
 class UpstreamResponse:
     status: int
@@ -29,10 +26,6 @@ class UpstreamResponse:
     body: bytes = b""
     # Set for streaming responses with status 200: the raw byte chunks as they arrive.
     stream: AsyncIterator[bytes] | None = None
-
-    @property
-    def fallback_eligible(self) -> bool:
-        return self.status in FALLBACK_ELIGIBLE_STATUS
 
 
 class Adapter(ABC):
