@@ -59,3 +59,28 @@ def diff_fields(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str
     """Keep only the fields whose value changed, for an edit event."""
     changed = [k for k in after if before.get(k) != after.get(k)]
     return {k: before.get(k) for k in changed}, {k: after[k] for k in changed}
+
+
+def audit_changes(
+    *,
+    actor: Any,
+    action: str,
+    object_type: str,
+    object_id: Any,
+    object_repr: str,
+    before: dict[str, Any],
+    after: dict[str, Any],
+) -> AuditEvent | None:
+    """Record an edit with only the fields that changed; record nothing when none did."""
+    changed_before, changed_after = diff_fields(before, after)
+    if not changed_after:
+        return None
+    return audit_record(
+        actor=actor,
+        action=action,
+        object_type=object_type,
+        object_id=object_id,
+        object_repr=object_repr,
+        before=changed_before,
+        after=changed_after,
+    )

@@ -11,7 +11,7 @@ from django.db import IntegrityError, models, transaction
 from django.db.models.deletion import ProtectedError
 from django.utils import timezone
 
-from audit.services import audit_record, diff_fields
+from audit.services import audit_changes, audit_record
 from catalog.enums import Capability, Protocol, ScopeType
 from catalog.keys import key_generate, key_hash
 from catalog.models import Agent, ApiKey, Application, ConsoleToken, LlmModel, Provider, Team, base_url_problem
@@ -106,17 +106,15 @@ def _delete(obj: models.Model, *, what: str) -> None:
 def _audit_update(
     *, actor: Any, object_type: str, obj: models.Model, before: dict[str, Any], after: dict[str, Any]
 ) -> None:
-    changed_before, changed_after = diff_fields(before, after)
-    if changed_after:
-        audit_record(
-            actor=actor,
-            action=f"{object_type}.update",
-            object_type=object_type,
-            object_id=obj.pk,
-            object_repr=str(obj),
-            before=changed_before,
-            after=changed_after,
-        )
+    audit_changes(
+        actor=actor,
+        action=f"{object_type}.update",
+        object_type=object_type,
+        object_id=obj.pk,
+        object_repr=str(obj),
+        before=before,
+        after=after,
+    )
 
 
 def _named(errors: Errors, field_name: str, value: str | None, *, label: str, lookup: Callable[[str], Any]) -> Any:

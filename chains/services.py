@@ -7,7 +7,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from audit.services import audit_record, diff_fields
+from audit.services import audit_changes, audit_record
 from catalog.enums import ScopeType
 from catalog.models import LlmModel, Provider
 from catalog.scopes import Scope, scope_validate
@@ -235,17 +235,15 @@ def chain_update(*, actor: Any, chain_id: int, version: int, data: ChainInput) -
     chain = chain_get(chain_id=locked.pk)
     _write_entries(chain, r.entries)
     chain = chain_get(chain_id=locked.pk)
-    changed_before, changed_after = diff_fields(before, chain_snapshot(chain))
-    if changed_after:
-        audit_record(
-            actor=actor,
-            action="chain.update",
-            object_type="chain",
-            object_id=chain.pk,
-            object_repr=chain.name,
-            before=changed_before,
-            after=changed_after,
-        )
+    audit_changes(
+        actor=actor,
+        action="chain.update",
+        object_type="chain",
+        object_id=chain.pk,
+        object_repr=chain.name,
+        before=before,
+        after=chain_snapshot(chain),
+    )
     transaction.on_commit(config_publish)
     return chain
 

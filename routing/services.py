@@ -7,7 +7,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
-from audit.services import audit_record, diff_fields
+from audit.services import audit_changes, audit_record
 from catalog.enums import ScopeType
 from catalog.models import LlmModel
 from catalog.scopes import Scope, scope_validate
@@ -136,17 +136,15 @@ def routing_rule_update(*, actor: Any, rule: RoutingRule, data: RoutingRuleInput
             rule.save()
     except IntegrityError:
         raise _rule_unique_violation() from None
-    changed_before, changed_after = diff_fields(before, _routing_rule_snapshot(rule))
-    if changed_after:
-        audit_record(
-            actor=actor,
-            action="routing_rule.update",
-            object_type="routing_rule",
-            object_id=rule.pk,
-            object_repr=rule.name,
-            before=changed_before,
-            after=changed_after,
-        )
+    audit_changes(
+        actor=actor,
+        action="routing_rule.update",
+        object_type="routing_rule",
+        object_id=rule.pk,
+        object_repr=rule.name,
+        before=before,
+        after=_routing_rule_snapshot(rule),
+    )
     transaction.on_commit(config_publish)
     return rule
 
@@ -232,17 +230,15 @@ def alias_update(*, actor: Any, alias: Alias, data: AliasInput) -> Alias:
             alias.save()
     except IntegrityError:
         raise _alias_unique_violation() from None
-    changed_before, changed_after = diff_fields(before, _alias_snapshot(alias))
-    if changed_after:
-        audit_record(
-            actor=actor,
-            action="alias.update",
-            object_type="alias",
-            object_id=alias.pk,
-            object_repr=alias.name,
-            before=changed_before,
-            after=changed_after,
-        )
+    audit_changes(
+        actor=actor,
+        action="alias.update",
+        object_type="alias",
+        object_id=alias.pk,
+        object_repr=alias.name,
+        before=before,
+        after=_alias_snapshot(alias),
+    )
     transaction.on_commit(config_publish)
     return alias
 
@@ -369,17 +365,15 @@ def guardrail_update(*, actor: Any, guardrail: Guardrail, data: GuardrailInput) 
     for name, value in fields.items():
         setattr(guardrail, name, value)
     guardrail.save()
-    changed_before, changed_after = diff_fields(before, _guardrail_snapshot(guardrail))
-    if changed_after:
-        audit_record(
-            actor=actor,
-            action="guardrail.update",
-            object_type="guardrail",
-            object_id=guardrail.pk,
-            object_repr=guardrail.name,
-            before=changed_before,
-            after=changed_after,
-        )
+    audit_changes(
+        actor=actor,
+        action="guardrail.update",
+        object_type="guardrail",
+        object_id=guardrail.pk,
+        object_repr=guardrail.name,
+        before=before,
+        after=_guardrail_snapshot(guardrail),
+    )
     transaction.on_commit(config_publish)
     return guardrail
 
