@@ -47,3 +47,16 @@ class IsAuditReader(BasePermission):
         return bool(
             request.user and request.user.is_authenticated and has_role(request.user, Role.ADMIN, Role.BI_READ_ONLY)
         )
+
+
+class IsRequestLogReader(BasePermission):
+    """API: admin, bi_read_only and user may read request logs (a user only their own keys' requests)."""
+
+    message = "Your role does not allow reading request logs."
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        return bool(
+            request.user
+            and request.user.is_authenticated
+            and has_role(request.user, Role.ADMIN, Role.BI_READ_ONLY, Role.USER)
+        )

@@ -10,12 +10,14 @@ from chains import api_urls as chains_api
 from controlplane import views
 from controlplane.permissions import IsAdminRole
 from health import api_urls as health_api
+from requestlogs import api_urls as requestlogs_api
 
 api_urlpatterns = [
     *chains_api.api_urlpatterns,
     *catalog_api.api_urlpatterns,
     *audit_api.api_urlpatterns,
     *health_api.api_urlpatterns,
+    *requestlogs_api.api_urlpatterns,
     # The schema maps every configuration endpoint: admin only, like the endpoints themselves.
     path("schema/", SpectacularAPIView.as_view(permission_classes=[IsAdminRole]), name="api-schema"),
 ]
@@ -28,6 +30,7 @@ urlpatterns = [
     path("fallback/chains/", include("chains.urls")),
     path("fallback/health/", include("health.urls")),
     path("audit/", include("audit.urls")),
+    path("logs/", include("requestlogs.urls")),
     path("api/", include(api_urlpatterns)),
     path("admin/", admin.site.urls),
 ]

@@ -10,6 +10,6 @@ def home(request: HttpRequest) -> HttpResponse:
     """Send each role to the first page it can use."""
     if has_role(request.user, Role.ADMIN):
         return redirect("chains:list")
-    if has_role(request.user, Role.BI_READ_ONLY):
-        return redirect("audit:list")
+    if has_role(request.user, Role.BI_READ_ONLY, Role.USER):
+        return redirect("requestlogs:list")
     return render(request, "home.html")

@@ -1,7 +1,10 @@
 """Reads of breaker configuration and circuit state."""
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
+
+from django.utils.text import slugify
 
 from health.breaker import BreakerSettings, CircuitSnapshot, ConfigSet, State, get_engine
 from health.models import BreakerConfig, BreakerOverride
@@ -207,3 +210,10 @@ def circuit_get(*, provider: str, model: str) -> CircuitRow:
     """One circuit (a fresh closed one when untracked)."""
     engine = get_engine()
     return _row(engine.get(provider, model), engine.config)
+
+
+def circuit_anchor(provider: str, model: str) -> str:
+    """Element-id-safe key of a circuit (its Provider Health row is `circuit-row-<key>`): readable slug plus a
+    digest, so distinct names never collide."""
+    digest = hashlib.sha1(f"{provider}\0{model}".encode(), usedforsecurity=False).hexdigest()[:8]
+    return f"{slugify(provider)}-{slugify(model)}-{digest}".strip("-")

@@ -3,7 +3,6 @@
 One URL, two renderings: the full page normally, a named partial for HTMX (branching on HX-Target).
 """
 
-import hashlib
 import json
 import math
 from dataclasses import dataclass
@@ -15,7 +14,6 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
@@ -35,6 +33,7 @@ from health.selectors import (
     breaker_config_get,
     breaker_override_get,
     breaker_override_list,
+    circuit_anchor,
     circuit_list,
 )
 from health.services import breaker_config_update, breaker_override_delete, breaker_override_set, circuit_reset
@@ -78,12 +77,6 @@ def _until(value: datetime, now: datetime) -> str:
     return f"in {hours} h {minutes} min" if minutes else f"in {hours} h"
 
 
-def _circuit_key(provider: str, model: str) -> str:
-    """Element-id-safe key of a circuit: readable slug plus a digest, so distinct names never collide."""
-    digest = hashlib.sha1(f"{provider}\0{model}".encode(), usedforsecurity=False).hexdigest()[:8]
-    return f"{slugify(provider)}-{slugify(model)}-{digest}".strip("-")
-
-
 @dataclass(frozen=True)
 class CircuitView:
     row: CircuitRow
@@ -111,7 +104,7 @@ def _circuit_view(row: CircuitRow, now: datetime) -> CircuitView:
         last_title = _utc(row.last_failure_at)
     return CircuitView(
         row=row,
-        key=_circuit_key(row.provider, row.model),
+        key=circuit_anchor(row.provider, row.model),
         state_label=STATE_LABELS.get(row.state, str(row.state)),
         state_class=str(row.state).replace("_", "-"),
         window_title=(
@@ -169,7 +162,7 @@ def _show(field: str, value: Any) -> str:
 def _override_view(values: BreakerOverrideValues) -> OverrideView:
     data = values.as_dict()
     summary = [(FIELD_LABELS[f].split(" (")[0], _show(f, data[f])) for f in CONFIG_FIELDS if data[f] is not None]
-    return OverrideView(values=values, key=_circuit_key(values.provider, values.model), summary=summary)
+    return OverrideView(values=values, key=circuit_anchor(values.provider, values.model), summary=summary)
 
 
 def _configure_context(

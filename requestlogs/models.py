@@ -1,4 +1,5 @@
 from django.db import models
+from django.db.models import Q
 
 
 class RequestLog(models.Model):
@@ -35,15 +36,34 @@ class RequestLog(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
+        # Every Request Logs query is "newest (or oldest) first within a time range", paged by keyset on
+        # (created_at, id). Each equality filter has its own (column, created_at, id) index, so a filtered page
+        # is one index range scan that stops after page_size rows, whatever the page. Rare conditions get
+        # partial indexes in time order instead (a few % of the rows each). Common ones (stream, 2xx,
+        # fallback = no) scan the time index and filter: most rows match, so a page stops early.
         indexes = [
-            # Request Logs page: newest first within a time range (keyset on created_at, id).
+            # No filter, and common filters (stream, 2xx, fallback = no, chain step 0).
             models.Index(fields=["-created_at", "-id"], name="reqlog_time_idx"),
-            # Filters combined with the time range.
-            models.Index(fields=["served_provider", "served_model", "-created_at"], name="reqlog_served_idx"),
-            models.Index(fields=["status", "-created_at"], name="reqlog_status_idx"),
-            models.Index(fields=["fallback_triggered", "-created_at"], name="reqlog_fallback_idx"),
-            # "Their own keys' request logs" for the user role.
-            models.Index(fields=["user_id", "-created_at"], name="reqlog_user_idx"),
+            # Filter: requested model.
+            models.Index(fields=["requested_model", "-created_at", "-id"], name="reqlog_requested_idx"),
+            # Filter: served model (and the circuit link, provider + model: the model nearly implies the provider).
+            models.Index(fields=["served_model", "-created_at", "-id"], name="reqlog_served_model_idx"),
+            # Filter: provider.
+            models.Index(fields=["served_provider", "-created_at", "-id"], name="reqlog_provider_idx"),
+            # Filters: gateway key, team, application.
+            models.Index(fields=["key_id", "-created_at", "-id"], name="reqlog_key_idx"),
+            models.Index(fields=["team_id", "-created_at", "-id"], name="reqlog_team_idx"),
+            models.Index(fields=["application_id", "-created_at", "-id"], name="reqlog_application_idx"),
+            # The user role: only their own keys' requests.
+            models.Index(fields=["user_id", "-created_at", "-id"], name="reqlog_user_time_idx"),
+            # Status 4xx / 5xx / client gone (errors are a few % of the rows).
+            models.Index(fields=["-created_at", "-id"], condition=Q(status__gte=400), name="reqlog_errors_idx"),
+            # Fallback = yes.
+            models.Index(
+                fields=["-created_at", "-id"], condition=Q(fallback_triggered=True), name="reqlog_fallback_time_idx"
+            ),
+            # Chain step n > 0 (the planner proves chain_step = n implies chain_step > 0).
+            models.Index(fields=["-created_at", "-id"], condition=Q(chain_step__gt=0), name="reqlog_chain_step_idx"),
         ]
 
     def __str__(self) -> str:

@@ -76,7 +76,10 @@ def _copy_postgres(rows: list[tuple[Any, ...]], cols: str) -> int:
             f"INSERT INTO requestlogs_requestlog ({cols}) SELECT {cols} FROM requestlog_incoming "  # noqa: S608 - model columns
             "ON CONFLICT (request_id) DO NOTHING"
         )
-        return cursor.rowcount
+        inserted = cursor.rowcount
+        # Dropped now, not only at commit: inside an outer transaction a second batch creates it again.
+        cursor.execute("DROP TABLE requestlog_incoming")
+        return inserted
 
 
 def request_logs_insert_isolating(*, records: list[dict[str, Any]]) -> tuple[int, list[tuple[dict[str, Any], str]]]:

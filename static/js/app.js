@@ -331,3 +331,124 @@
     }
   }, true);
 })();
+
+/* ==========================================================================
+   Request Logs (requestlogs/views.py, templates/requestlogs/).
+   - A row link loads the request into the drawer (<dialog id="log-drawer">) over HTMX and pushes
+     /logs/<id>/. The modal dialog traps focus; Escape or × closes it and goes Back, so the list
+     comes back from htmx's history cache exactly as it was (filters, rows, scroll), and focus
+     returns to the row link that opened it. Back and Forward open and close it the same way.
+   - A click anywhere on a row opens it; the custom time range opens its inputs instead of applying.
+   ========================================================================== */
+(function () {
+  "use strict";
+
+  const DETAIL_PATH = /^\/logs\/[0-9a-f]{32}\/$/;
+  let openerId = null;
+
+  function drawer() {
+    return document.getElementById("log-drawer");
+  }
+
+  function openDrawer() {
+    const d = drawer();
+    if (d && !d.open && typeof d.showModal === "function") d.showModal();
+  }
+
+  function focusOpener() {
+    const opener = openerId && document.getElementById(openerId);
+    if (opener) opener.focus({ preventScroll: true });
+  }
+
+  // Anywhere on a row opens it (links and controls inside the row keep their own behaviour).
+  document.addEventListener("click", function (event) {
+    const row = event.target.closest && event.target.closest("tr[data-row-link]");
+    if (!row || event.target.closest("a, button, input, select, label, summary")) return;
+    if (window.getSelection && String(window.getSelection())) return; // selecting text is not a click
+    const link = document.getElementById(row.dataset.rowLink);
+    if (link) link.click();
+  });
+
+  document.addEventListener("click", function (event) {
+    const opener = event.target.closest && event.target.closest("[data-drawer-open]");
+    if (opener) openerId = opener.id;
+    const closer = event.target.closest && event.target.closest("[data-drawer-close]");
+    if (closer) {
+      const d = closer.closest("dialog");
+      if (d) {
+        event.preventDefault();
+        d.close();
+      }
+    }
+  }, true);
+
+  document.addEventListener("htmx:afterSwap", function (event) {
+    const target = event.detail && event.detail.target;
+    if (target && target.id === "log-drawer-body") openDrawer();
+  });
+
+  // Mark the history entry htmx pushed for the drawer, so closing knows it may go Back to the list.
+  document.addEventListener("htmx:pushedIntoHistory", function (event) {
+    const path = (event.detail && event.detail.path) || "";
+    if (DETAIL_PATH.test(path.split("?")[0])) {
+      history.replaceState(Object.assign({}, history.state, { cpDrawer: true }), "");
+    }
+  });
+
+  document.addEventListener("close", function (event) {
+    if (event.target.id !== "log-drawer") return;
+    if (history.state && history.state.cpDrawer && DETAIL_PATH.test(location.pathname)) {
+      history.back(); // htmx restores the list; focus follows in htmx:historyRestore
+    } else {
+      focusOpener();
+    }
+  }, true);
+
+  document.addEventListener("htmx:historyRestore", function () {
+    const d = drawer();
+    const body = document.getElementById("log-drawer-body");
+    if (!d) return;
+    // A snapshot keeps the dialog's open attribute but not its modality.
+    if (d.hasAttribute("open")) d.removeAttribute("open");
+    if (DETAIL_PATH.test(location.pathname) && body && body.children.length) {
+      openDrawer();
+    } else {
+      focusOpener();
+    }
+  });
+
+  /* ---------- Filters ---------- */
+
+  // On a phone the filters start folded, so the requests come first (the summary says how many are active).
+  function foldFiltersOnPhone() {
+    if (!window.matchMedia || !window.matchMedia("(max-width: 720px)").matches) return;
+    document.querySelectorAll("details[data-collapse-on-phone]").forEach(function (panel) {
+      if (!panel.querySelector(".has-error")) panel.removeAttribute("open");
+    });
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", foldFiltersOnPhone);
+  else foldFiltersOnPhone();
+
+  function toggleCustom(select) {
+    const form = select.form;
+    const custom = form && form.querySelector("[data-range-custom]");
+    if (!custom) return;
+    if (select.value === "custom") custom.removeAttribute("data-collapsed");
+    else custom.setAttribute("data-collapsed", "");
+  }
+
+  // Capture phase, before htmx's listener on the form: some changes must not apply the filters.
+  document.addEventListener("change", function (event) {
+    const el = event.target;
+    if (el.matches && el.matches("[data-range-select]")) {
+      toggleCustom(el);
+      if (el.value === "custom") {
+        event.stopPropagation(); // wait for the dates and Apply
+        const from = el.form.querySelector("input[name=from]");
+        if (from) from.focus();
+      }
+    } else if (el.matches && el.matches("[data-apply-on-submit]")) {
+      event.stopPropagation(); // date inputs fire change on every segment; Apply sends them
+    }
+  }, true);
+})();

@@ -23,6 +23,7 @@ API_PATHS = {
     "/api/aliases/{alias_id}/",
     "/api/audit/",
 }
+REQUEST_LOG_PATHS = {"/api/request-logs/", "/api/request-logs/{request_id}/"}
 HEALTH_PATHS = {
     "/api/circuits/",
     "/api/circuits/reset/",
@@ -71,7 +72,7 @@ def test_whole_api_schema_generates_without_warnings_or_errors():
 
     validate_schema(schema)
     assert (dict(GENERATOR_STATS._warn_cache), dict(GENERATOR_STATS._error_cache)) == ({}, {})
-    assert set(schema["paths"]) == API_PATHS | HEALTH_PATHS
+    assert set(schema["paths"]) == API_PATHS | HEALTH_PATHS | REQUEST_LOG_PATHS
 
 
 def test_schema_documents_the_health_api(admin_client):

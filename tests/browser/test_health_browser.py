@@ -12,7 +12,7 @@ from playwright.sync_api import Page, expect
 
 from health import views as health_views
 from health.breaker import ManualClock, MemoryEngine, Outcome, State, use_engine
-from health.selectors import breaker_config_get
+from health.selectors import breaker_config_get, circuit_anchor
 from tests.conftest import PASSWORD
 from tests.factories import LlmModelFactory, ProviderFactory
 
@@ -49,7 +49,7 @@ def log_in(page: Page, live_server, username: str) -> None:
 
 
 def row(page: Page, provider: str, model: str):
-    return page.locator(f"#circuit-row-{health_views._circuit_key(provider, model)}")
+    return page.locator(f"#circuit-row-{circuit_anchor(provider, model)}")
 
 
 def test_reset_and_configure_through_the_console(page: Page, live_server, admin_user, catalog, engine, console_errors):

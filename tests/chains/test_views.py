@@ -146,7 +146,7 @@ def test_frame_uses_no_inline_script_or_style(admin_client):
 def test_nav_link_to_fallback_only_for_admin(bi_client, user_client, admin_client):
     admin_html = admin_client.get(reverse("audit:list")).content.decode()
     bi_html = bi_client.get(reverse("audit:list")).content.decode()
-    user_html = user_client.get(reverse("home")).content.decode()
+    user_html = user_client.get(reverse("requestlogs:list")).content.decode()
 
     assert 'href="/fallback/"' in admin_html
     assert 'href="/fallback/"' not in bi_html
@@ -157,11 +157,20 @@ def test_nav_link_to_fallback_only_for_admin(bi_client, user_client, admin_clien
 
 def test_home_sends_each_role_to_its_first_page(admin_client, bi_client, user_client, anon_client):
     assert admin_client.get("/").url == LIST_URL
-    assert bi_client.get("/").url == "/audit/"
-    user_response = user_client.get("/")
-    assert user_response.status_code == 200
-    assert "Welcome, ursula" in user_response.content.decode()
+    assert bi_client.get("/").url == "/logs/"
+    assert user_client.get("/").url == "/logs/"
     assert anon_client.get("/").url == "/login/?next=/"
+
+
+def test_home_tells_a_user_without_a_role_to_ask_an_admin(django_user_model):
+    client = Client()
+    client.force_login(django_user_model.objects.create_user(username="norole", password="x"))
+
+    response = client.get("/")
+
+    assert response.status_code == 200
+    assert "Welcome, norole" in response.content.decode()
+    assert "Ask an admin" in response.content.decode()
 
 
 def test_login_page_renders_and_logs_in(anon_client, admin_user):

@@ -14,7 +14,7 @@ from audit.models import AuditEvent
 from health import views as health_views
 from health.breaker import BreakerSettings, ConfigSet, ManualClock, MemoryEngine, Outcome, State, use_engine
 from health.models import BreakerConfig, BreakerOverride
-from health.selectors import breaker_config_get
+from health.selectors import breaker_config_get, circuit_anchor
 from tests.factories import LlmModelFactory, ProviderFactory
 
 pytestmark = pytest.mark.django_db
@@ -78,7 +78,7 @@ def is_full_page(response) -> bool:
 
 
 def row_html(response, provider: str = "openai", model: str = "gpt-4o") -> str:
-    key = health_views._circuit_key(provider, model)
+    key = circuit_anchor(provider, model)
     match = re.search(rf'<tr id="circuit-row-{re.escape(key)}".*?</tr>', response.content.decode(), re.S)
     assert match, f"no row for {provider}/{model}"
     return match.group(0)
@@ -181,9 +181,9 @@ def test_index_lists_circuits_by_provider_then_model(admin_client, engine):
 
     keys = re.findall(r'<tr id="circuit-row-([^"]+)"', response.content.decode())
     assert keys == [
-        health_views._circuit_key("anthropic", "claude-haiku"),
-        health_views._circuit_key("anthropic", "claude-opus"),
-        health_views._circuit_key("openai", "gpt-4o"),
+        circuit_anchor("anthropic", "claude-haiku"),
+        circuit_anchor("anthropic", "claude-opus"),
+        circuit_anchor("openai", "gpt-4o"),
     ]
 
 

@@ -1,0 +1,380 @@
+"""Reads of request logs: who may see which rows, filters, keyset pages, capped counts, export batches.
+
+Every query goes through `_visible()`, so a row outside the viewer's reach is never read, counted or
+exported. Pages are keyset pages on (created_at, id), never OFFSET: a page costs one index range scan
+whatever its depth (see the indexes in `requestlogs.models`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser
+from django.core import signing
+from django.db.models import F, Q, QuerySet
+from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
+
+from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
+from chains.models import FallbackChain
+from controlplane.errors import ValidationFailed
+from controlplane.roles import Role, has_role
+from requestlogs.models import RequestLog
+from routing.models import Alias
+
+CLIENT_GONE = 499  # the gateway's status for a client that disconnected before the answer
+
+
+class StatusClass(StrEnum):
+    OK = "2xx"
+    CLIENT_ERROR = "4xx"
+    SERVER_ERROR = "5xx"
+    CLIENT_GONE = "client_gone"
+
+
+STATUS_CLASS_LABELS = {
+    StatusClass.OK: "2xx",
+    StatusClass.CLIENT_ERROR: "4xx",
+    StatusClass.SERVER_ERROR: "5xx",
+    StatusClass.CLIENT_GONE: "Client gone (499)",
+}
+
+
+def status_class_of(status: int) -> StatusClass | None:
+    if status == CLIENT_GONE:
+        return StatusClass.CLIENT_GONE
+    return {2: StatusClass.OK, 4: StatusClass.CLIENT_ERROR, 5: StatusClass.SERVER_ERROR}.get(status // 100)
+
+
+# ---------- Who sees what ----------
+
+
+@dataclass(frozen=True)
+class Viewer:
+    """What one console user may read: every row (admin, bi_read_only) or their own keys' rows (user)."""
+
+    sees_all: bool
+    user_id: int | None = None
+    key_ids: tuple[int, ...] = ()
+
+
+def viewer_for(user: AbstractBaseUser | AnonymousUser) -> Viewer | None:
+    """None for a user with no role that may read request logs."""
+    if has_role(user, Role.ADMIN, Role.BI_READ_ONLY):
+        return Viewer(sees_all=True)
+    if has_role(user, Role.USER):
+        keys = tuple(ApiKey.objects.filter(user_id=user.pk).order_by("id").values_list("id", flat=True))
+        return Viewer(sees_all=False, user_id=user.pk, key_ids=keys)
+    return None
+
+
+def _visible(viewer: Viewer) -> QuerySet[RequestLog]:
+    qs = RequestLog.objects.all()
+    if viewer.sees_all:
+        return qs
+    if not viewer.key_ids:
+        return qs.none()
+    # Made by this user AND with a key this user owns: a key handed over later does not reveal its past.
+    return qs.filter(user_id=viewer.user_id, key_id__in=viewer.key_ids)
+
+
+# ---------- Filters ----------
+
+
+@dataclass(frozen=True)
+class LogFilter:
+    """Validated filters; None / "" means "any". `since` <= created_at < `until`."""
+
+    since: datetime | None = None
+    until: datetime | None = None
+    requested_model: str = ""
+    served_model: str = ""
+    provider: str = ""
+    status_class: StatusClass | None = None
+    fallback: bool | None = None
+    chain_step: int | None = None
+    key_id: int | None = None
+    team_id: int | None = None
+    application_id: int | None = None
+    stream: bool | None = None
+
+
+def _status_q(status_class: StatusClass) -> Q:
+    # Written as ranges the partial index on status >= 400 is proven to cover (4xx, 5xx, 499).
+    if status_class is StatusClass.OK:
+        return Q(status__gte=200, status__lt=300)
+    if status_class is StatusClass.CLIENT_ERROR:
+        return Q(status__gte=400, status__lt=CLIENT_GONE)
+    if status_class is StatusClass.SERVER_ERROR:
+        return Q(status__gte=500, status__lt=600)
+    return Q(status=CLIENT_GONE)
+
+
+def _filtered(viewer: Viewer, filters: LogFilter) -> QuerySet[RequestLog]:
+    qs = _visible(viewer)
+    f = filters
+    if f.since is not None:
+        qs = qs.filter(created_at__gte=f.since)
+    if f.until is not None:
+        qs = qs.filter(created_at__lt=f.until)
+    exact = {
+        "requested_model": f.requested_model or None,
+        "served_model": f.served_model or None,
+        "served_provider": f.provider or None,
+        "fallback_triggered": f.fallback,
+        "chain_step": f.chain_step,
+        "key_id": f.key_id,
+        "team_id": f.team_id,
+        "application_id": f.application_id,
+        "stream": f.stream,
+    }
+    qs = qs.filter(**{name: value for name, value in exact.items() if value is not None})
+    if f.status_class is not None:
+        qs = qs.filter(_status_q(f.status_class))
+    return qs
+
+
+# ---------- Keyset cursors ----------
+
+
+class Direction(StrEnum):
+    NEXT = "n"  # the rows after this one in display order (older when newest first)
+    PREV = "p"  # the rows before it
+
+
+_signer = signing.Signer(salt="requestlogs.cursor")
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """A position in (created_at, id) order and which way to read from it. Signed, so edits are detected."""
+
+    direction: Direction
+    created_at: datetime
+    id: int
+
+    @classmethod
+    def at(cls, direction: Direction, row: RequestLog) -> Cursor:
+        return cls(direction, row.created_at, row.pk)
+
+    def encode(self) -> str:
+        micros = round(self.created_at.timestamp() * 1_000_000)
+        return _signer.sign(f"{self.direction}{micros}.{self.id}")
+
+    @classmethod
+    def decode(cls, value: str) -> Cursor:
+        """The cursor, or ValidationFailed for one that is malformed or was altered."""
+        try:
+            raw = _signer.unsign(value)
+            direction, micros, row_id = Direction(raw[0]), *raw[1:].split(".")
+            moment = datetime.fromtimestamp(int(micros) / 1_000_000, tz=UTC)
+            return cls(direction, moment, int(row_id))
+        except (signing.BadSignature, ValueError, IndexError, OverflowError, OSError):
+            message = "This paging link is invalid or was altered; start again from the first page."
+            raise ValidationFailed(message, errors={"cursor": [message]}) from None
+
+
+@dataclass(frozen=True)
+class LogPage:
+    rows: list[RequestLog]
+    next_cursor: Cursor | None  # None: this is the last page
+    prev_cursor: Cursor | None  # None: this is the first page
+
+    @property
+    def is_first(self) -> bool:
+        return self.prev_cursor is None
+
+
+def _ordered(qs: QuerySet[RequestLog], *, descending: bool) -> QuerySet[RequestLog]:
+    return qs.order_by("-created_at", "-id") if descending else qs.order_by("created_at", "id")
+
+
+def _beyond(cursor: Cursor, *, descending: bool) -> TupleLessThan | TupleGreaterThan:
+    # A row comparison, (created_at, id) < (c, i), so the (created_at, id) indexes serve it as one range.
+    lookup = TupleLessThan if descending else TupleGreaterThan
+    return lookup(Tuple(F("created_at"), F("id")), (cursor.created_at, cursor.id))
+
+
+LIST_FIELDS_DEFERRED = ("attempts",)  # the list never shows attempts; they are the widest column
+
+
+def request_log_page(
+    *,
+    viewer: Viewer,
+    filters: LogFilter,
+    page_size: int,
+    newest_first: bool = True,
+    cursor: Cursor | None = None,
+    with_attempts: bool = False,
+) -> LogPage:
+    """One keyset page in display order (newest first by default) and the cursors of its neighbours.
+
+    A "previous" cursor that finds less than a full page (rows were added, or the link is old) returns
+    the first page instead, so paging back always ends on a full first page.
+    """
+    qs = _filtered(viewer, filters)
+    if not with_attempts:
+        qs = qs.defer(*LIST_FIELDS_DEFERRED)
+    if cursor is not None and cursor.direction is Direction.PREV:
+        backwards = not newest_first
+        found = list(_ordered(qs.filter(_beyond(cursor, descending=backwards)), descending=backwards)[: page_size + 1])
+        if len(found) > page_size:
+            rows = found[:page_size][::-1]
+            return LogPage(rows, Cursor.at(Direction.NEXT, rows[-1]), Cursor.at(Direction.PREV, rows[0]))
+        cursor = None  # reached the start: show the first page
+    if cursor is None:
+        found = list(_ordered(qs, descending=newest_first)[: page_size + 1])
+        has_prev = False
+    else:
+        found = list(
+            _ordered(qs.filter(_beyond(cursor, descending=newest_first)), descending=newest_first)[: page_size + 1]
+        )
+        has_prev = True
+    rows = found[:page_size]
+    next_cursor = Cursor.at(Direction.NEXT, rows[-1]) if len(found) > page_size else None
+    prev_cursor = Cursor.at(Direction.PREV, rows[0]) if has_prev and rows else None
+    return LogPage(rows, next_cursor, prev_cursor)
+
+
+@dataclass(frozen=True)
+class CappedCount:
+    value: int
+    capped: bool  # True: there are more than `value` rows
+
+
+def request_log_count(*, viewer: Viewer, filters: LogFilter, cap: int = 1000) -> CappedCount:
+    """How many rows match, counting at most `cap` + 1: bounded work, never a COUNT(*) of the whole table."""
+    counted = _filtered(viewer, filters).order_by()[: cap + 1].count()
+    return CappedCount(min(counted, cap), counted > cap)
+
+
+def request_log_any(*, viewer: Viewer) -> bool:
+    """Whether the viewer can see any row at all (the empty state's "no requests yet")."""
+    return _visible(viewer).exists()
+
+
+def request_log_get(*, viewer: Viewer, request_id: str) -> RequestLog | None:
+    """The row with this request id if the viewer may see it; None otherwise (missing and foreign look alike)."""
+    return _visible(viewer).filter(request_id=request_id).first()
+
+
+def request_log_batches(
+    *, viewer: Viewer, filters: LogFilter, limit: int, batch_size: int = 2000, newest_first: bool = True
+) -> Iterator[list[RequestLog]]:
+    """Up to `limit` rows in display order, in keyset batches: constant memory and no long-held cursor."""
+    cursor: Cursor | None = None
+    left = limit
+    while left > 0:
+        page = request_log_page(
+            viewer=viewer,
+            filters=filters,
+            page_size=min(batch_size, left),
+            newest_first=newest_first,
+            cursor=cursor,
+            with_attempts=True,
+        )
+        if not page.rows:
+            return
+        yield page.rows
+        left -= len(page.rows)
+        if page.next_cursor is None:
+            return
+        cursor = page.next_cursor
+
+
+# ---------- Names behind the ids ----------
+
+
+@dataclass(frozen=True)
+class KeyLabel:
+    name: str
+    prefix: str
+    revoked: bool
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.prefix}…)"
+
+
+@dataclass
+class Labels:
+    """Names of the keys, users, teams, applications, agents and chains a set of rows refers to."""
+
+    keys: dict[int, KeyLabel] = field(default_factory=dict)
+    users: dict[int, str] = field(default_factory=dict)
+    teams: dict[int, str] = field(default_factory=dict)
+    applications: dict[int, str] = field(default_factory=dict)
+    agents: dict[int, str] = field(default_factory=dict)
+    chains: dict[int, str] = field(default_factory=dict)
+
+
+def _ids(rows: Iterable[RequestLog], attr: str) -> set[int]:
+    return {value for row in rows if (value := getattr(row, attr)) is not None}
+
+
+def request_log_labels(rows: list[RequestLog], *, full: bool = True) -> Labels:
+    """One query per kind of name (keys only when `full` is False, as the list needs)."""
+    labels = Labels()
+    if key_ids := _ids(rows, "key_id"):
+        labels.keys = {
+            pk: KeyLabel(name, prefix, revoked is not None)
+            for pk, name, prefix, revoked in ApiKey.objects.filter(pk__in=key_ids).values_list(
+                "pk", "name", "prefix", "revoked_at"
+            )
+        }
+    if not full:
+        return labels
+    user_model = get_user_model()
+    lookups: list[tuple[str, dict[int, str], QuerySet, str]] = [
+        ("user_id", labels.users, user_model._default_manager.all(), user_model.USERNAME_FIELD),
+        ("team_id", labels.teams, Team.objects.all(), "name"),
+        ("application_id", labels.applications, Application.objects.all(), "name"),
+        ("agent_id", labels.agents, Agent.objects.all(), "name"),
+        ("chain_id", labels.chains, FallbackChain.objects.all(), "name"),
+    ]
+    for attr, target, qs, name_field in lookups:
+        if ids := _ids(rows, attr):
+            target.update(qs.filter(pk__in=ids).values_list("pk", name_field))
+    return labels
+
+
+# ---------- Filter choices ----------
+
+
+@dataclass(frozen=True)
+class FilterOptions:
+    """What the filter controls offer, and what they accept. Keys, teams and applications are the viewer's."""
+
+    providers: list[str]
+    models: list[str]
+    requested_suggestions: list[str]  # models and aliases; any requested name is accepted
+    keys: list[tuple[int, str]]
+    teams: list[tuple[int, str]]
+    applications: list[tuple[int, str]]
+
+
+def request_log_filter_options(*, viewer: Viewer) -> FilterOptions:
+    """Choices from the catalog (never from the log table, which can hold millions of rows)."""
+    models = list(LlmModel.objects.order_by("name").values_list("name", flat=True))
+    aliases = list(Alias.objects.order_by("name").values_list("name", flat=True))
+    keys = ApiKey.objects.order_by("name", "id")
+    teams = Team.objects.order_by("name", "id")
+    applications = Application.objects.order_by("name", "id")
+    if not viewer.sees_all:
+        keys = keys.filter(pk__in=viewer.key_ids)
+        teams = teams.filter(api_keys__in=viewer.key_ids).distinct()
+        applications = applications.filter(api_keys__in=viewer.key_ids).distinct()
+    return FilterOptions(
+        providers=list(Provider.objects.order_by("name").values_list("name", flat=True)),
+        models=models,
+        requested_suggestions=sorted({*models, *aliases}),
+        keys=[
+            (pk, f"{name} ({prefix}…){' · revoked' if revoked else ''}")
+            for pk, name, prefix, revoked in keys.values_list("pk", "name", "prefix", "revoked_at")
+        ],
+        teams=list(teams.values_list("pk", "name")),
+        applications=list(applications.values_list("pk", "name")),
+    )

@@ -1,0 +1,451 @@
+"""Request Logs page: filters in the URL, keyset pages, live tail, the detail drawer and the CSV export.
+
+HTMX regions (element id = partial name): `log-page` (filters + table, swapped when a filter changes),
+`log-table` (swapped by the pager and by the follow poll), `log-drawer-body` (the detail drawer).
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.core.handlers.asgi import ASGIRequest
+from django.http import Http404, HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.views.decorators.http import require_GET
+from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.middleware import HtmxDetails
+
+from chains.templatetags.console_tags import query
+from controlplane.permissions import role_required
+from controlplane.roles import Role, has_role
+from health.selectors import circuit_anchor
+from requestlogs.forms import DEFAULT_RANGE, PAGE_SIZES, RANGES, LogParams, RequestLogFilterForm, normalise_request_id
+from requestlogs.models import RequestLog
+from requestlogs.selectors import (
+    CappedCount,
+    KeyLabel,
+    Labels,
+    LogPage,
+    Viewer,
+    request_log_any,
+    request_log_batches,
+    request_log_count,
+    request_log_filter_options,
+    request_log_get,
+    request_log_labels,
+    request_log_page,
+    status_class_of,
+    viewer_for,
+)
+
+READERS = (Role.ADMIN, Role.BI_READ_ONLY, Role.USER)
+# Seconds between refreshes of the list while "follow" is on (browser tests shorten it).
+FOLLOW_SECONDS = 3
+COUNT_CAP = 1000
+EXPORT_CAP = 100_000
+
+
+class HtmxRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+def _partial_target(request: HtmxRequest) -> str:
+    """The HTMX region asked for, or "" for a full page (also after a history cache miss)."""
+    if not request.htmx or request.htmx.history_restore_request:
+        return ""
+    return request.htmx.target or ""
+
+
+def _viewer(request: HttpRequest) -> Viewer:
+    viewer = viewer_for(request.user)
+    if viewer is None:  # role_required let the request through, so this cannot happen
+        raise Http404
+    return viewer
+
+
+# ---------- Presentation ----------
+
+STATUS_CSS = {"2xx": "ok", "4xx": "client", "5xx": "server", "client_gone": "gone"}
+
+
+def _status_css(status: int) -> str:
+    cls = status_class_of(status)
+    return STATUS_CSS.get(str(cls), "other") if cls else "other"
+
+
+def fallback_badge(log: RequestLog) -> str:
+    """ "chain step 2 · from openai"."""
+    if not log.fallback_triggered:
+        return ""
+    origin = f" · from {log.fallback_from_provider}" if log.fallback_from_provider else ""
+    return f"chain step {log.chain_step}{origin}"
+
+
+@dataclass(frozen=True)
+class LogRow:
+    log: RequestLog
+    key: KeyLabel | None
+    status_css: str
+    fallback_badge: str
+    is_new: bool
+
+
+def _rows(page: LogPage, labels: Labels, *, since_id: int | None) -> list[LogRow]:
+    return [
+        LogRow(
+            log=log,
+            key=labels.keys.get(log.key_id) if log.key_id is not None else None,
+            status_css=_status_css(log.status),
+            fallback_badge=fallback_badge(log),
+            is_new=since_id is not None and log.pk > since_id,
+        )
+        for log in page.rows
+    ]
+
+
+@dataclass(frozen=True)
+class AttemptRow:
+    number: int
+    provider: str
+    model: str
+    status: int | None
+    error: str
+    duration_ms: float | None
+    outcome_css: str
+    returned: bool  # the attempt whose answer went to the client (the last one)
+    served: bool  # returned, and a success
+
+
+def _attempts(log: RequestLog) -> list[AttemptRow]:
+    raw = log.attempts if isinstance(log.attempts, list) else []
+    out = []
+    for i, item in enumerate(raw, start=1):
+        item = item if isinstance(item, dict) else {}
+        status = item.get("status") if isinstance(item.get("status"), int) else None
+        error = str(item.get("error") or "")
+        returned = i == len(raw)
+        duration = item.get("duration_ms")
+        out.append(
+            AttemptRow(
+                number=i,
+                provider=str(item.get("provider") or ""),
+                model=str(item.get("model") or ""),
+                status=status,
+                error=error,
+                duration_ms=float(duration) if isinstance(duration, int | float) else None,
+                outcome_css=_status_css(status) if status is not None else "server",
+                returned=returned,
+                served=returned and status is not None and 200 <= status < 300,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True)
+class LogDetail:
+    log: RequestLog
+    key: KeyLabel | None
+    user: str
+    team: str
+    application: str
+    agent: str
+    status_css: str
+    status_class: str
+    chain_name: str
+    chain_url: str  # "" when the viewer may not edit chains or the chain is gone
+    attempts: list[AttemptRow]
+    circuit_logs_url: str
+    circuit_health_url: str  # "" when the viewer may not open Provider Health
+
+
+def _named(ids: dict[int, str], pk: int | None, noun: str) -> str:
+    if pk is None:
+        return ""
+    return ids.get(pk, f"{noun} #{pk} (deleted)")
+
+
+def _detail(log: RequestLog, labels: Labels, *, is_admin: bool) -> LogDetail:
+    chain_name = chain_url = ""
+    if log.chain_id is not None:
+        chain_name = labels.chains.get(log.chain_id, "")
+        if chain_name and is_admin:
+            chain_url = reverse("chains:edit", args=[log.chain_id])
+        chain_name = chain_name or f"chain #{log.chain_id} (deleted)"
+    circuit_logs_url = circuit_health_url = ""
+    if log.served_provider and log.served_model:
+        circuit_logs_url = reverse("requestlogs:list") + query(
+            {"provider": log.served_provider, "served_model": log.served_model, "range": "1h"}
+        )
+        if is_admin:
+            circuit_health_url = (
+                reverse("health:index") + "#circuit-row-" + circuit_anchor(log.served_provider, log.served_model)
+            )
+    status_class = status_class_of(log.status)
+    return LogDetail(
+        log=log,
+        key=labels.keys.get(log.key_id) if log.key_id is not None else None,
+        user=_named(labels.users, log.user_id, "user"),
+        team=_named(labels.teams, log.team_id, "team"),
+        application=_named(labels.applications, log.application_id, "application"),
+        agent=_named(labels.agents, log.agent_id, "agent"),
+        status_css=_status_css(log.status),
+        status_class=str(status_class) if status_class else "",
+        chain_name=chain_name,
+        chain_url=chain_url,
+        attempts=_attempts(log),
+        circuit_logs_url=circuit_logs_url,
+        circuit_health_url=circuit_health_url,
+    )
+
+
+def _range_text(params: LogParams) -> str:
+    if params.range != "custom":
+        return "in the " + RANGES[params.range][0].lower()
+    since, until = params.filters.since, params.filters.until
+    start = since.strftime("%Y-%m-%d %H:%M") if since else ""
+    end = until.strftime("%Y-%m-%d %H:%M") if until else "now"
+    return f"from {start} to {end} UTC"
+
+
+# ---------- List ----------
+
+
+def _list_context(request: HtmxRequest, viewer: Viewer) -> tuple[dict[str, Any], HttpResponse | None]:
+    options = request_log_filter_options(viewer=viewer)
+    form = RequestLogFilterForm(request.GET, options=options)
+    list_url = reverse("requestlogs:list")
+    context: dict[str, Any] = {
+        "section": "request_logs",
+        "form": form,
+        "options": options,
+        "list_url": list_url,
+        "ranges": [(k, label) for k, (label, _) in RANGES.items()],
+        "page_sizes": PAGE_SIZES,
+        "follow_seconds": FOLLOW_SECONDS,
+        "updated_at": timezone.now(),
+        "viewer": viewer,
+    }
+    if form.is_valid() and (request_id := form.cleaned_data["request_id"]):
+        if request_log_get(viewer=viewer, request_id=request_id) is not None:
+            url = reverse("requestlogs:detail", args=[request_id])
+            return context, HttpResponseClientRedirect(url) if request.htmx else redirect(url)
+        form.add_error("request_id", "No request with this id in the logs you can see.")
+    if not form.is_valid():
+        context["errors"] = form.error_list()
+        raw_range = request.GET.get("range") or ("custom" if request.GET.get("from") else DEFAULT_RANGE)
+        context.update(
+            range_value=raw_range, from_value=request.GET.get("from", ""), to_value=request.GET.get("to", "")
+        )
+        return context, None
+    params = form.params(now=context["updated_at"])
+    cursor = None if params.follow else params.cursor
+    page = request_log_page(
+        viewer=viewer,
+        filters=params.filters,
+        page_size=params.page_size,
+        newest_first=params.newest_first,
+        cursor=cursor,
+    )
+    labels = request_log_labels(page.rows, full=False)
+    count: CappedCount | None = None
+    if page.rows:
+        count = request_log_count(viewer=viewer, filters=params.filters, cap=COUNT_CAP)
+    # Only an empty page asks whether there is anything at all (an index-only probe), for the empty state.
+    anything = bool(page.rows) or request_log_any(viewer=viewer)
+    base = params.list_query()
+    top_id = max((row.pk for row in page.rows), default=params.since_id or 0)
+    context.update(
+        {
+            "params": params,
+            "page": page,
+            "rows": _rows(page, labels, since_id=params.since_id),
+            "count": count,
+            "anything": anything,
+            "range_text": _range_text(params),
+            "active_filters": len([k for k in params.query if k not in ("range", "from", "to")])
+            + (params.range != DEFAULT_RANGE),
+            "range_value": params.range,
+            "from_value": params.query.get("from", ""),
+            "to_value": params.query.get("to", ""),
+            "query": base,
+            "page_query": params.list_query(cursor=cursor.encode() if cursor else None),
+            "next_query": params.list_query(cursor=page.next_cursor.encode(), follow=None)
+            if page.next_cursor
+            else None,
+            "prev_query": params.list_query(cursor=page.prev_cursor.encode(), follow=None)
+            if page.prev_cursor
+            else None,
+            "first_query": params.list_query(follow=None),
+            "order_query": params.list_query(order=None if not params.newest_first else "oldest"),
+            "poll_query": params.list_query(since=top_id),
+            "export_query": params.list_query(follow=None),
+            "follow_on_query": params.list_query(follow="1"),
+            "follow_off_query": params.list_query(follow=None),
+            "export_cap": EXPORT_CAP,
+            "default_range": DEFAULT_RANGE,
+        }
+    )
+    return context, None
+
+
+@require_GET
+@role_required(*READERS)
+@vary_on_headers("HX-Request", "HX-Target")
+def request_log_list_view(request: HtmxRequest) -> HttpResponse:
+    viewer = _viewer(request)
+    context, jump = _list_context(request, viewer)
+    if jump is not None:
+        return jump
+    target = _partial_target(request)
+    template = "requestlogs/list.html"
+    if target in ("log-table", "log-page"):
+        template += f"#{target}"
+    response = render(request, template, context, status=200)
+    # Filter changes and paging update the address bar; the follow poll (triggered by the table) does not.
+    if target and request.htmx.trigger != "log-table":
+        if "page_query" in context:
+            response["HX-Push-Url"] = context["list_url"] + query(context["page_query"])
+        else:
+            response["HX-Push-Url"] = request.get_full_path()
+    return response
+
+
+# ---------- Detail ----------
+
+
+@require_GET
+@role_required(*READERS)
+@vary_on_headers("HX-Request", "HX-Target")
+def request_log_detail_view(request: HtmxRequest, request_id: str) -> HttpResponse:
+    viewer = _viewer(request)
+    log = request_log_get(viewer=viewer, request_id=normalise_request_id(request_id))
+    if log is None:
+        raise Http404("No request with this id in the logs you can see.")
+    detail = _detail(log, request_log_labels([log]), is_admin=has_role(request.user, Role.ADMIN))
+    context = {"section": "request_logs", "detail": detail, "list_url": reverse("requestlogs:list")}
+    template = "requestlogs/detail.html"
+    if _partial_target(request) == "log-drawer-body":
+        template += "#log-detail"
+    return render(request, template, context)
+
+
+# ---------- CSV export ----------
+
+CSV_COLUMNS = (
+    "request_id",
+    "created_at",
+    "key_id",
+    "key_name",
+    "key_prefix",
+    "requested_model",
+    "routed_model",
+    "served_provider",
+    "served_model",
+    "status",
+    "error_kind",
+    "stream",
+    "latency_ms",
+    "ttfb_ms",
+    "tokens_in",
+    "tokens_out",
+    "cost_usd",
+    "fallback_triggered",
+    "chain_step",
+    "chain_id",
+    "fallback_from_provider",
+    "fallback_original_model",
+    "attempts",
+    "user_id",
+    "team_id",
+    "application_id",
+    "agent_id",
+)
+
+
+class _Line:
+    """csv.writer target that hands back what was written."""
+
+    def write(self, value: str) -> str:
+        return value
+
+
+def _cell(value: Any) -> Any:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    if isinstance(value, Decimal):
+        return f"{value:f}"
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
+        # A spreadsheet would run this as a formula (requested_model comes from the client).
+        return "'" + value
+    return value
+
+
+def _csv_row(log: RequestLog, keys: dict[int, KeyLabel]) -> list[Any]:
+    key = keys.get(log.key_id) if log.key_id is not None else None
+    attempts = "; ".join(
+        f"{a.provider}/{a.model} {a.status if a.status is not None else a.error} {a.duration_ms or 0:.0f}ms"
+        for a in _attempts(log)
+    )
+    values = {
+        "key_name": key.name if key else "",
+        "key_prefix": key.prefix if key else "",
+        "attempts": attempts,
+    }
+    return [_cell(values[c] if c in values else getattr(log, c)) for c in CSV_COLUMNS]
+
+
+def _csv_chunks(viewer: Viewer, params: LogParams) -> Iterator[str]:
+    """The header and each batch as one chunk: the first chunk waits for the first query, so its timing is honest."""
+    writer = csv.writer(_Line())
+    header = writer.writerow(CSV_COLUMNS)
+    for batch in request_log_batches(
+        viewer=viewer, filters=params.filters, limit=EXPORT_CAP, newest_first=params.newest_first
+    ):
+        keys = request_log_labels(batch, full=False).keys
+        chunk = "".join(writer.writerow(_csv_row(log, keys)) for log in batch)
+        yield header + chunk
+        header = ""
+    if header:
+        yield header
+
+
+async def _csv_chunks_async(viewer: Viewer, params: LogParams) -> AsyncIterator[str]:
+    # Under ASGI Django would buffer a sync iterator whole; each batch is read in the sync thread instead.
+    chunks = _csv_chunks(viewer, params)
+    done = object()
+    while True:
+        chunk = await sync_to_async(next, thread_sensitive=True)(chunks, done)
+        if chunk is done:
+            return
+        yield chunk  # type: ignore[misc]
+
+
+@require_GET
+@role_required(*READERS)
+def request_log_export_view(request: HtmxRequest) -> HttpResponse:
+    viewer = _viewer(request)
+    form = RequestLogFilterForm(request.GET, options=request_log_filter_options(viewer=viewer))
+    if not form.is_valid():
+        lines = "\n".join(f"{label}: {message}" for label, message in form.error_list())
+        return HttpResponse(f"The filters are not valid:\n{lines}\n", status=400, content_type="text/plain")
+    params = form.params(now=timezone.now())
+    stamp = timezone.now().strftime("%Y%m%dT%H%MZ")
+    content = _csv_chunks_async(viewer, params) if isinstance(request, ASGIRequest) else _csv_chunks(viewer, params)
+    response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")
+    # The cap is in the file name: a reader of the file knows it may stop there.
+    response["Content-Disposition"] = f'attachment; filename="request-logs-{stamp}-first-{EXPORT_CAP}-rows.csv"'
+    response["X-Row-Cap"] = str(EXPORT_CAP)
+    return response

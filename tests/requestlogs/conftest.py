@@ -1,0 +1,49 @@
+"""A small catalog with keys for each role, and request-log rows written through the real writer."""
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from tests.conftest import _make_user
+from tests.factories import AgentFactory, ApplicationFactory, LlmModelFactory, ProviderFactory, TeamFactory
+from tests.factories.keys import make_key
+
+
+@dataclass
+class Catalog:
+    alice_key: Any  # the admin's key
+    ursula_key: Any  # the plain user's keys: team red, application web
+    ursula_key2: Any
+    oscar_key: Any  # another user's key: team blue, application batch
+    oscar: Any
+    red: Any
+    blue: Any
+    web: Any
+    batch: Any
+    agent: Any
+
+
+@pytest.fixture
+def catalog(admin_user, plain_user, django_user_model) -> Catalog:
+    openai = ProviderFactory(name="openai")
+    backup = ProviderFactory(name="backup")
+    LlmModelFactory(name="gpt-4o", provider=openai)
+    LlmModelFactory(name="claude", provider=backup)
+    LlmModelFactory(name="mistral", provider=backup)
+    red, blue = TeamFactory(name="red"), TeamFactory(name="blue")
+    web, batch = ApplicationFactory(name="web", team=red), ApplicationFactory(name="batch", team=blue)
+    agent = AgentFactory(name="summariser", application=web)
+    oscar = _make_user(django_user_model, "oscar", "user")
+    return Catalog(
+        alice_key=make_key(user=admin_user, name="alice ops").key,
+        ursula_key=make_key(user=plain_user, name="ursula laptop", team=red, application=web, agent=agent).key,
+        ursula_key2=make_key(user=plain_user, name="ursula ci", team=red).key,
+        oscar_key=make_key(user=oscar, name="oscar batch", team=blue, application=batch).key,
+        oscar=oscar,
+        red=red,
+        blue=blue,
+        web=web,
+        batch=batch,
+        agent=agent,
+    )
