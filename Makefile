@@ -14,13 +14,14 @@ TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/controlplane
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 export TEST_REDIS_URL
 
-.PHONY: help venv run test test-pg test-sqlite lint bench clean
+.PHONY: help venv run test test-pg test-sqlite lint bench bench-logs clean
 
 help:
 	@echo "make run   - start the console on http://$(HOST):$(PORT) (embedded mode, SQLite, demo data)"
 	@echo "make test  - run the whole test suite (PostgreSQL + Redis, then SQLite)"
 	@echo "make lint  - ruff"
 	@echo "make bench - breaker and gateway benchmarks (wrk, Redis)"
+	@echo "make bench-logs - Request Logs on 2,000,000 rows, ingest rate, freshness (PostgreSQL, Redis)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "python3.12 not found: install Python 3.12 and retry" >&2; exit 1; }
@@ -53,6 +54,11 @@ test-sqlite: venv
 bench: venv
 	$(PY) bench/breaker.py
 	$(PY) bench/gateway.py
+
+# Request Logs: pages, API and CSV on 2,000,000 rows, ingest rate, freshness in both modes.
+bench-logs: venv
+	$(PY) bench/request_logs.py
+	$(PY) bench/request_log_freshness.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

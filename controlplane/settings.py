@@ -217,6 +217,8 @@ SPECTACULAR_SETTINGS = {
 # Prefix of the breaker's Redis keys and channels (several deployments may share one Redis).
 BREAKER_REDIS_NAMESPACE = env_str("BREAKER_REDIS_NAMESPACE", "cp:breaker")
 REQUEST_LOG_RETENTION_DAYS = env_int("REQUEST_LOG_RETENTION_DAYS", 30)
+# Production: the Redis stream the gateways append request logs to and the ingest task drains.
+REQUEST_LOG_STREAM = env_str("REQUEST_LOG_STREAM", "cp:requestlogs")
 GATEWAY_MAX_BODY_BYTES = env_int("GATEWAY_MAX_BODY_BYTES", 10 * 1024 * 1024)
 GATEWAY_DEADLINE_SECONDS = env_int("GATEWAY_DEADLINE_SECONDS", 300)
 
@@ -224,6 +226,8 @@ CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_ALWAYS_EAGER = EMBEDDED
 CELERY_TASK_IGNORE_RESULT = True
+# The broker queue beat publishes to and workers read; one per deployment sharing a Redis.
+CELERY_TASK_DEFAULT_QUEUE = env_str("CELERY_QUEUE", "celery")
 
 LOGGING = {
     "version": 1,

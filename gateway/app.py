@@ -12,7 +12,6 @@ import hashlib
 import logging
 import re
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,7 +19,7 @@ import orjson
 
 from gateway.config import ConfigHolder
 from gateway.errors import openai_error, sse_error
-from gateway.logsink import LogSink
+from gateway.logsink import LogSink, new_request_id
 from gateway.snapshot import KeyInfo, ProviderInfo, Refusal, Route, Snapshot, Target
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
 from gateway.upstream.openai import OpenAIAdapter
@@ -229,7 +228,7 @@ class GatewayApp:
 
     # -- chat ------------------------------------------------------------------------
     async def _chat(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        call = _Call(request_id=uuid.uuid4().hex, started=time.perf_counter(), created_at=time.time())
+        call = _Call(request_id=new_request_id(), started=time.perf_counter(), created_at=time.time())
         sent = _SendTracker(send)
         try:
             await self._chat_inner(call, scope, receive, sent)
@@ -712,7 +711,7 @@ def create_app() -> GatewayApp:
 
     return GatewayApp(
         config=ConfigHolder(redis_url=settings.REDIS_URL),
-        sink=LogSink(redis_url=settings.REDIS_URL),
+        sink=LogSink(redis_url=settings.REDIS_URL, stream_key=settings.REQUEST_LOG_STREAM),
         max_body=getattr(settings, "GATEWAY_MAX_BODY_BYTES", DEFAULT_MAX_BODY),
         deadline_seconds=getattr(settings, "GATEWAY_DEADLINE_SECONDS", 300.0),
     )

@@ -86,7 +86,13 @@ class LogParams:
 
     @property
     def filtered(self) -> bool:
+        """Anything but the defaults, the time range included."""
         return any(k != "range" for k in self.query) or self.range != DEFAULT_RANGE
+
+    @property
+    def narrowing(self) -> int:
+        """How many filters besides the time range."""
+        return len([k for k in self.query if k not in ("range", "from", "to")])
 
     def list_query(self, **changes: Any) -> dict[str, Any]:
         """The URL query of the list: filters, page size and order, then `changes` (None drops a key)."""
@@ -267,7 +273,8 @@ class RequestLogFilterForm(forms.Form):
             query={k: v for k, v in query.items() if v not in (None, "")},
             range=range_key,
             page_size=data.get("page_size") or DEFAULT_PAGE_SIZE,
-            newest_first=(data.get("order") or "newest") == "newest",
+            # Following shows what arrives, so it always reads newest first.
+            newest_first=(data.get("order") or "newest") == "newest" or data.get("follow") == "1",
             cursor=data.get("cursor"),
             follow=data.get("follow") == "1",
             since_id=data.get("since"),

@@ -36,7 +36,7 @@ def _ensure_group(client: redis.Redis, stream: str) -> None:
 def request_logs_ingest(
     *,
     redis_url: str,
-    batch_size: int = 1000,
+    batch_size: int = 2000,
     max_batches: int = 50,
     stream: str = STREAM_KEY,
     claim_idle_ms: int = CLAIM_IDLE_MS,
@@ -67,8 +67,11 @@ def request_logs_ingest(
                 "request log %s refused by the database (%s); moved to %s:dead", record.get("request_id"), error, stream
             )
             client.xadd(f"{stream}:dead", {"r": orjson.dumps(record), "error": error})
-        client.xack(stream, GROUP, *[mid for mid, _ in messages])
-        client.xdel(stream, *[mid for mid, _ in messages])
+        ids = [mid for mid, _ in messages]
+        pipe = client.pipeline(transaction=False)  # one round trip for both
+        pipe.xack(stream, GROUP, *ids)
+        pipe.xdel(stream, *ids)
+        pipe.execute()
         read += len(messages)
     return IngestResult(read=read, inserted=inserted)
 

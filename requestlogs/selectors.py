@@ -263,16 +263,26 @@ def request_log_get(*, viewer: Viewer, request_id: str) -> RequestLog | None:
 
 
 def request_log_batches(
-    *, viewer: Viewer, filters: LogFilter, limit: int, batch_size: int = 2000, newest_first: bool = True
+    *,
+    viewer: Viewer,
+    filters: LogFilter,
+    limit: int,
+    batch_size: int = 2000,
+    first_batch_size: int = 200,
+    newest_first: bool = True,
 ) -> Iterator[list[RequestLog]]:
-    """Up to `limit` rows in display order, in keyset batches: constant memory and no long-held cursor."""
+    """Up to `limit` rows in display order, in keyset batches: constant memory and no long-held cursor.
+
+    The first batch is small, so a download starts at once; the later ones are large, so it goes fast.
+    """
     cursor: Cursor | None = None
     left = limit
+    size = first_batch_size
     while left > 0:
         page = request_log_page(
             viewer=viewer,
             filters=filters,
-            page_size=min(batch_size, left),
+            page_size=min(size, left),
             newest_first=newest_first,
             cursor=cursor,
             with_attempts=True,
@@ -283,7 +293,7 @@ def request_log_batches(
         left -= len(page.rows)
         if page.next_cursor is None:
             return
-        cursor = page.next_cursor
+        cursor, size = page.next_cursor, batch_size
 
 
 # ---------- Names behind the ids ----------

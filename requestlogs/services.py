@@ -6,6 +6,7 @@ SQLite, COPY on PostgreSQL. Both skip a request_id already stored, so a retried
 batch is harmless.
 """
 
+import operator
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
@@ -18,26 +19,62 @@ from requestlogs.models import RequestLog
 _FIELDS = [f for f in RequestLog._meta.concrete_fields if f.name != "id"]
 _COLUMNS = [f.column for f in _FIELDS]
 _DEFAULTS = {f.name: f.get_default() for f in _FIELDS}
+_REQUEST_ID = _COLUMNS.index("request_id")
+
+
+_TEXT_COLUMNS = [i for i, f in enumerate(_FIELDS) if f.get_internal_type() in ("CharField", "TextField")]
+_GET_ALL = operator.itemgetter(*(f.name for f in _FIELDS))
+_CREATED_AT = _COLUMNS.index("created_at")
+_ATTEMPTS = _COLUMNS.index("attempts")
+_COST = _COLUMNS.index("cost_usd")
+
+
+def _moment(value: Any) -> datetime:
+    return datetime.fromtimestamp(value, tz=UTC) if isinstance(value, int | float) else value
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "")
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    return value
+
+
+def _attempts(value: Any) -> str:
+    text = orjson.dumps(value or []).decode()
+    # PostgreSQL's jsonb cannot hold \u0000 either; only a record that has one pays for the cleaning.
+    return orjson.dumps(_without_nul(value)).decode() if "\\u0000" in text else text
+
+
+def _row(record: dict[str, Any], *, sqlite: bool) -> tuple[Any, ...]:
+    try:
+        values = list(_GET_ALL(record))  # one C call when the record has every field, as the gateway's do
+    except KeyError:
+        values = [record.get(f.name, _DEFAULTS[f.name]) for f in _FIELDS]
+    for i in _TEXT_COLUMNS:
+        value = values[i]
+        if type(value) is str and "\x00" in value:
+            values[i] = value.replace("\x00", "")  # PostgreSQL text cannot hold NUL
+    moment = _moment(values[_CREATED_AT])
+    values[_CREATED_AT] = moment.replace(tzinfo=None).isoformat(" ") if sqlite else moment
+    values[_ATTEMPTS] = _attempts(values[_ATTEMPTS])
+    if values[_COST] is not None:
+        values[_COST] = f"{values[_COST]:.8f}"
+    return tuple(values)
 
 
 def _rows(records: Iterable[dict[str, Any]], *, sqlite: bool) -> list[tuple[Any, ...]]:
+    """Column values in _COLUMNS order. A value that cannot even be converted makes the record refused (DataError),
+    like one the database refuses, so it is set aside instead of failing its batch forever."""
     rows = []
     for record in records:
-        values = []
-        for field in _FIELDS:
-            name = field.name
-            value = record.get(name, _DEFAULTS[name])
-            if name == "created_at":
-                moment = datetime.fromtimestamp(value, tz=UTC) if isinstance(value, int | float) else value
-                value = moment.replace(tzinfo=None).isoformat(" ") if sqlite else moment
-            elif name == "attempts":
-                value = orjson.dumps(value or []).decode()
-            elif name == "cost_usd" and value is not None:
-                value = f"{value:.8f}"
-            elif type(value) is str and "\x00" in value:
-                value = value.replace("\x00", "")  # PostgreSQL text cannot hold NUL
-            values.append(value)
-        rows.append(tuple(values))
+        try:
+            rows.append(_row(record, sqlite=sqlite))
+        except (TypeError, ValueError, OverflowError, OSError, AttributeError) as exc:
+            raise DataError(f"request log {record.get('request_id')!r}: {type(exc).__name__}: {exc}") from exc
     return rows
 
 
@@ -62,9 +99,31 @@ def request_logs_insert(*, records: Iterable[dict[str, Any]]) -> int:
 
 
 def _copy_postgres(rows: list[tuple[Any, ...]], cols: str) -> int:
-    """COPY into a temporary table, then insert what is new: fast and idempotent."""
-    with connection.cursor() as cursor:
-        # Same column types, no constraints; dropped at commit.
+    """COPY the batch straight into the table; if that is refused, merge it idempotently instead.
+
+    A request_id already stored is rare (a batch redelivered after a worker died between commit and
+    acknowledgement, or stored by a concurrent writer), so the fast path does not look for one first.
+    When the unique index (or any constraint) refuses the COPY, the batch goes the careful way: COPY
+    into a temporary table, then INSERT what is new with ON CONFLICT DO NOTHING, which raises only for
+    rows that are bad in themselves.
+    """
+    fresh: dict[Any, tuple[Any, ...]] = {}
+    for row in rows:
+        fresh.setdefault(row[_REQUEST_ID], row)  # a record repeated within the batch counts once
+    try:
+        with transaction.atomic(), connection.cursor() as cursor, connection.wrap_database_errors:
+            # psycopg formats each row in C while the previous ones are already on their way.
+            with cursor.cursor.copy(f"COPY requestlogs_requestlog ({cols}) FROM STDIN") as copy:
+                for row in fresh.values():
+                    copy.write_row(row)
+        return len(fresh)
+    except (IntegrityError, DataError):
+        return _merge_postgres(list(fresh.values()), cols)
+
+
+def _merge_postgres(rows: list[tuple[Any, ...]], cols: str) -> int:
+    with connection.cursor() as cursor, connection.wrap_database_errors:
+        # Same column types, no constraints; dropped at the end (and at commit, should this fail).
         cursor.execute(
             f"CREATE TEMP TABLE requestlog_incoming ON COMMIT DROP AS SELECT {cols} FROM requestlogs_requestlog "  # noqa: S608 - model columns
             "WITH NO DATA"

@@ -16,7 +16,7 @@ def ingest_task() -> int:
     """Copy batches from the gateways' Redis stream into the database."""
     if not settings.REDIS_URL:
         return 0  # embedded mode: the gateway writes its logs itself
-    result = request_logs_ingest(redis_url=settings.REDIS_URL)
+    result = request_logs_ingest(redis_url=settings.REDIS_URL, stream=settings.REQUEST_LOG_STREAM)
     if result.read:
         log.info("request logs: read %d, inserted %d", result.read, result.inserted)
     return result.inserted

@@ -2,6 +2,7 @@
 
 import asyncio
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -56,3 +57,26 @@ def run_async(coroutine: Any) -> Any:
     if "error" in result:
         raise result["error"]
     return result.get("value")
+
+
+def production_env(*, redis_url: str, namespace: str) -> dict[str, str]:
+    """Environment for a product process (gateway, Celery worker) on this test's PostgreSQL database and Redis.
+
+    Everything it keeps in Redis (breaker keys, the request-log stream, the Celery queue) is named under
+    `namespace`, so concurrent test runs sharing one Redis never take each other's work; delete
+    `namespace*` afterwards.
+    """
+    from django.conf import settings
+    from django.db import connection
+
+    db = connection.settings_dict
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "REDIS_URL": redis_url,
+        "SECRET_KEY": settings.SECRET_KEY,
+        "BREAKER_REDIS_NAMESPACE": namespace,
+        "REQUEST_LOG_STREAM": f"{namespace}:requestlogs",
+        "CELERY_QUEUE": f"{namespace}:celery",
+    }

@@ -1,6 +1,5 @@
 """Production mode: several gateway processes (manage.py run_gateway) sharing Redis and PostgreSQL."""
 
-import os
 import socket
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from django.db import connection
 
 from chains.models import FallbackChain
 from controlplane.configbus import config_publish
+from tests.servers import production_env
 
 pytestmark = pytest.mark.production
 
@@ -42,14 +42,7 @@ def _until(predicate, timeout: float, what: str):
 @pytest.fixture
 def gateways(world, redis_url):
     namespace = f"test:breaker:{uuid.uuid4().hex}"
-    db = connection.settings_dict
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "REDIS_URL": redis_url,
-        "BREAKER_REDIS_NAMESPACE": namespace,
-    }
+    env = production_env(redis_url=redis_url, namespace=namespace)
     ports = [_free_port() for _ in range(3)]
     procs = [
         subprocess.Popen(

@@ -1,5 +1,6 @@
 """A small catalog with keys for each role, and request-log rows written through the real writer."""
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -8,6 +9,7 @@ import pytest
 from tests.conftest import _make_user
 from tests.factories import AgentFactory, ApplicationFactory, LlmModelFactory, ProviderFactory, TeamFactory
 from tests.factories.keys import make_key
+from tests.factories.requestlogs import insert_logs, log_record
 
 
 @dataclass
@@ -46,4 +48,16 @@ def catalog(admin_user, plain_user, django_user_model) -> Catalog:
         web=web,
         batch=batch,
         agent=agent,
+    )
+
+
+@pytest.fixture
+def rows(catalog):
+    """One request per key, newest first: ursula's two keys, then oscar's, then alice's."""
+    now = time.time()
+    return insert_logs(
+        log_record(key=catalog.ursula_key, at=now - 1),
+        log_record(key=catalog.ursula_key2, at=now - 2),
+        log_record(key=catalog.oscar_key, at=now - 3),
+        log_record(key=catalog.alice_key, at=now - 4),
     )

@@ -23,16 +23,6 @@ def ids(response) -> list[str]:
     return [item["request_id"] for item in response.json()["results"]]
 
 
-@pytest.fixture
-def rows(catalog):
-    return insert_logs(
-        log_record(key=catalog.ursula_key, at=NOW - 1),
-        log_record(key=catalog.ursula_key2, at=NOW - 2),
-        log_record(key=catalog.oscar_key, at=NOW - 3),
-        log_record(key=catalog.alice_key, at=NOW - 4),
-    )
-
-
 @pytest.mark.parametrize("role", ["admin", "bi_read_only", "user"])
 def test_list_shows_each_role_what_it_may_see(role, rows, admin_client, bi_client, user_client):
     client = {"admin": admin_client, "bi_read_only": bi_client, "user": user_client}[role]

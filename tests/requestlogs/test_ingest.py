@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 import redis
-from django.db import connections
+from django.db import connections, transaction
 
 from gateway.logsink import LogSink
 from requestlogs.ingest import request_logs_ingest
@@ -137,3 +137,114 @@ def test_a_refused_record_goes_to_dead_letters_and_does_not_block_the_stream(red
     client.delete(f"{stream}:dead")
     assert [orjson.loads(fields[b"r"])["request_id"] for _, fields in dead] == [bad["request_id"]]
     assert client.xpending(stream, "ingest")["pending"] == 0
+
+
+def test_a_record_repeated_within_one_batch_is_stored_once():
+    first, other = record(1), record(2)
+
+    inserted = request_logs_insert(records=[first, other, dict(first)])
+
+    assert inserted == 2
+    assert sorted(RequestLog.objects.values_list("request_id", flat=True)) == sorted(
+        [first["request_id"], other["request_id"]]
+    )
+
+
+@pytest.mark.production
+def test_a_concurrent_writer_storing_the_same_id_does_not_fail_the_batch():
+    # Writer A stores X but has not committed; writer B's batch [X, Y] does not see X, so its direct COPY
+    # waits on the unique index, then is refused once A commits: B falls back to ON CONFLICT DO NOTHING.
+    import threading
+
+    x, y = record(1), record(2)
+    a_inserted = threading.Event()
+    release_a = threading.Event()
+    results: dict[str, object] = {}
+
+    def writer_a():
+        try:
+            with transaction.atomic():
+                results["a"] = request_logs_insert(records=[x])
+                a_inserted.set()
+                release_a.wait(10)
+        finally:
+            connections.close_all()
+
+    def writer_b():
+        try:
+            results["b"] = request_logs_insert(records=[x, y])
+        except Exception as exc:
+            results["b"] = exc
+        finally:
+            connections.close_all()
+
+    a = threading.Thread(target=writer_a)
+    a.start()
+    assert a_inserted.wait(10)
+    b = threading.Thread(target=writer_b)
+    b.start()
+    # Wait (bounded) until B's COPY is waiting for A's transaction: the race is then certain.
+    deadline = time.monotonic() + 10
+    blocked = False
+    while not blocked and time.monotonic() < deadline and b.is_alive():
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND query LIKE 'COPY requestlogs%%'"
+            )
+            blocked = cursor.fetchone()[0] == 1
+        time.sleep(0.01)
+    release_a.set()
+    a.join(10)
+    b.join(10)
+
+    assert blocked is True
+    assert results == {"a": 1, "b": 1}
+    assert sorted(RequestLog.objects.values_list("request_id", flat=True)) == sorted([x["request_id"], y["request_id"]])
+
+
+def test_text_with_tabs_newlines_backslashes_and_nul_survives_the_copy():
+    odd = "a\tb\nc\\d\re\x00f “quoted” ✓"
+    rec = {
+        **record(1),
+        "requested_model": odd,
+        "error_kind": "x\\y",
+        "attempts": [{"provider": "p", "model": odd, "status": None, "error": "line\nbreak\t\\", "duration_ms": 1.25}],
+        "stream": True,
+        "ttfb_ms": None,
+        "cost_usd": None,
+    }
+
+    request_logs_insert(records=[rec])
+
+    row = RequestLog.objects.get(request_id=rec["request_id"])
+    clean = odd.replace("\x00", "")
+    assert (row.requested_model, row.error_kind, row.stream, row.ttfb_ms, row.cost_usd) == (
+        clean,
+        "x\\y",
+        True,
+        None,
+        None,
+    )
+    assert row.attempts == [
+        {"provider": "p", "model": clean, "status": None, "error": "line\nbreak\t\\", "duration_ms": 1.25}
+    ]
+    assert row.created_at.timestamp() == pytest.approx(rec["created_at"], abs=1e-6)
+
+
+@pytest.mark.production  # SQLite stores a string in an integer column without complaint
+def test_a_value_of_the_wrong_type_is_refused_alone(redis_url, stream):
+    import orjson
+
+    client = redis.Redis.from_url(redis_url)
+    good = [record(i) for i in range(2)]
+    bad = {**record(9), "tokens_in": "many"}
+    for r in (good[0], bad, good[1]):
+        client.xadd(stream, {"r": orjson.dumps(r)})
+
+    result = request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    assert (result.read, result.inserted) == (3, 2)
+    dead = client.xrange(f"{stream}:dead")
+    client.delete(f"{stream}:dead")
+    assert [orjson.loads(fields[b"r"])["request_id"] for _, fields in dead] == [bad["request_id"]]

@@ -292,7 +292,7 @@ def test_count_is_capped(catalog):
 def test_batches_stop_at_the_limit_in_display_order(catalog):
     rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(7)))
 
-    batches = list(request_log_batches(viewer=ALL, filters=LogFilter(), limit=5, batch_size=2))
+    batches = list(request_log_batches(viewer=ALL, filters=LogFilter(), limit=6, batch_size=3, first_batch_size=1))
 
-    assert [ids(b) for b in batches] == [ids(rows[0:2]), ids(rows[2:4]), ids(rows[4:5])]
+    assert [ids(b) for b in batches] == [ids(rows[0:1]), ids(rows[1:4]), ids(rows[4:6])]
     assert batches[0][0].attempts == rows[0].attempts

@@ -46,17 +46,6 @@ def htmx(target: str, **extra) -> dict[str, str]:
     return {"HX-Request": "true", "HX-Target": target, **extra}
 
 
-@pytest.fixture
-def rows(catalog):
-    """One request per key, newest first: ursula x2 (two keys), oscar, alice."""
-    return insert_logs(
-        log_record(key=catalog.ursula_key, at=NOW - 1),
-        log_record(key=catalog.ursula_key2, at=NOW - 2),
-        log_record(key=catalog.oscar_key, at=NOW - 3),
-        log_record(key=catalog.alice_key, at=NOW - 4),
-    )
-
-
 # ---------- Roles ----------
 
 
@@ -708,3 +697,21 @@ def test_csv_under_asgi_streams_the_same_rows(catalog, admin_user):
     assert response.is_async
     table = list(csv.DictReader(io.StringIO(body.decode())))
     assert [line["request_id"] for line in table] == [r.request_id for r in rows]
+
+
+def test_follow_always_reads_newest_first(catalog, admin_client):
+    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(3)))
+
+    following = admin_client.get(LIST_URL, {"follow": "1", "order": "oldest"})
+    oldest = admin_client.get(LIST_URL, {"order": "oldest"})
+
+    assert shown(following) == [r.request_id for r in rows]
+    assert shown(oldest) == [r.request_id for r in reversed(rows)]
+
+
+def test_meta_line_says_when_filters_narrow_the_rows(rows, admin_client):
+    only_range = admin_client.get(LIST_URL, {"range": "1h"}).content.decode()
+    narrowed = admin_client.get(LIST_URL, {"range": "1h", "provider": "openai"}).content.decode()
+
+    assert "4 requests in the last hour ·" in _text(only_range)
+    assert "4 requests in the last hour matching the filters ·" in _text(narrowed)
