@@ -2,7 +2,7 @@
 
 Embedded: `manage.py run_embedded` (SQLite; the gateway's in-process writer flushes every 0.5 s).
 Production: `run_gateway` (log sink → Redis stream), a Celery worker with beat (`requestlogs.ingest`
-every 2 s) and the console under uvicorn, all on PostgreSQL + Redis. For each of N requests sent one
+every second) and the console under uvicorn, all on PostgreSQL + Redis. For each of N requests sent one
 by one through the gateway, the script polls the console's API (`GET /api/request-logs/<id>/`, the
 page's own selector) every 10 ms from the moment the response arrived until the request is there.
 

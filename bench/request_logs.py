@@ -559,7 +559,7 @@ def measure_ingest(n: int, keys: list) -> None:
 
 
 def measure_celery_worker(n: int, keys: list) -> None:
-    """A real `celery worker --beat` (prefork, 2 processes; beat sends requestlogs.ingest every 2 s) draining a
+    """A real `celery worker --beat` (prefork, 2 processes; beat sends requestlogs.ingest every second) draining a
     backlog of n records: rows per second from the first row committed to the last."""
     import secrets
     import subprocess
@@ -608,7 +608,7 @@ def measure_celery_worker(n: int, keys: list) -> None:
                 raise SystemExit(f"the worker stored {stored:,} rows of {n:,}")
             rate = (last[1] - first[1]) / (last[0] - first[0])
             print(
-                f"Ingest by a Celery worker (prefork, 2 processes, beat every 2 s), backlog of {n:,}: "
+                f"Ingest by a Celery worker (prefork, 2 processes, beat every second), backlog of {n:,}: "
                 f"{rate:,.0f} rows/s from the first committed row to the last"
             )
         finally:

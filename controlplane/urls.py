@@ -34,3 +34,5 @@ urlpatterns = [
     path("api/", include(api_urlpatterns)),
     path("admin/", admin.site.urls),
 ]
+
+handler404 = "controlplane.views.not_found"

@@ -20,13 +20,12 @@ from rest_framework.views import APIView
 from chains.templatetags.console_tags import query
 from controlplane.errors import ValidationFailed
 from controlplane.permissions import IsRequestLogReader
-from requestlogs.forms import PAGE_SIZES, RANGES, RequestLogFilterForm, normalise_request_id
+from requestlogs.forms import NOT_VISIBLE, PAGE_SIZES, RANGES, REQUEST_ID, RequestLogFilterForm, normalise_request_id
 from requestlogs.models import RequestLog
 from requestlogs.selectors import (
     STATUS_CLASS_LABELS,
     Labels,
     Viewer,
-    request_log_filter_options,
     request_log_get,
     request_log_labels,
     request_log_page,
@@ -178,8 +177,8 @@ FILTER_PARAMETERS = [
     ),
     OpenApiParameter("to", OpenApiTypes.DATETIME, description="End of a custom range (exclusive; default now)."),
     OpenApiParameter("requested_model", OpenApiTypes.STR, description="The model name the client sent (exact)."),
-    OpenApiParameter("served_model", OpenApiTypes.STR, description="A catalog model that served the request."),
-    OpenApiParameter("provider", OpenApiTypes.STR, description="A catalog provider that served the request."),
+    OpenApiParameter("served_model", OpenApiTypes.STR, description="The model that served the request (exact)."),
+    OpenApiParameter("provider", OpenApiTypes.STR, description="The provider that served the request (exact)."),
     _choice("status", [str(c) for c in STATUS_CLASS_LABELS], "Status class; client_gone is 499."),
     _choice("fallback", ["yes", "no"], "Whether a fallback chain served the request."),
     OpenApiParameter("chain_step", OpenApiTypes.INT, description="0 = the primary target; n = the chain's n-th entry."),
@@ -201,7 +200,10 @@ class RequestLogListApi(APIView):
     @extend_schema(operation_id="request_log_list", parameters=FILTER_PARAMETERS, responses=RequestLogPageSerializer)
     def get(self, request: Request) -> Response:
         viewer = _viewer(request)
-        form = RequestLogFilterForm(request.query_params, options=request_log_filter_options(viewer=viewer))
+        if "request_id" in request.query_params:
+            message = "To fetch one request, GET /api/request-logs/<request_id>/."
+            raise ValidationFailed(f"request_id: {message}", errors={"request_id": [message]})
+        form = RequestLogFilterForm(request.query_params, viewer=viewer, for_api=True)
         if not form.is_valid():
             errors = form.errors_by_param()
             name, messages = next(iter(errors.items()))
@@ -237,7 +239,8 @@ class RequestLogDetailApi(APIView):
 
     @extend_schema(operation_id="request_log_get", responses=RequestLogOutputSerializer)
     def get(self, request: Request, request_id: str) -> Response:
-        log = request_log_get(viewer=_viewer(request), request_id=normalise_request_id(request_id))
+        request_id = normalise_request_id(request_id)
+        log = request_log_get(viewer=_viewer(request), request_id=request_id) if REQUEST_ID.match(request_id) else None
         if log is None:
-            raise Http404("No request with this id in the logs you can see.")
+            raise Http404(NOT_VISIBLE)
         return Response(RequestLogOutputSerializer(request_log_data(log, request_log_labels([log]))).data)

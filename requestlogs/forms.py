@@ -17,7 +17,15 @@ from django.utils.dateparse import parse_datetime
 
 from chains.models import MAX_ENTRIES
 from controlplane.errors import ValidationFailed
-from requestlogs.selectors import STATUS_CLASS_LABELS, Cursor, FilterOptions, LogFilter, StatusClass
+from requestlogs.selectors import (
+    STATUS_CLASS_LABELS,
+    Cursor,
+    LogFilter,
+    StatusClass,
+    Viewer,
+    mark_decode,
+    request_log_scope_visible,
+)
 
 RANGES: dict[str, tuple[str, timedelta | None]] = {
     "15m": ("Last 15 min", timedelta(minutes=15)),
@@ -27,11 +35,17 @@ RANGES: dict[str, tuple[str, timedelta | None]] = {
     "custom": ("Custom…", None),
 }
 DEFAULT_RANGE = "24h"
+CHAIN_STEP_CHOICES = [
+    ("", "Any step"),
+    ("0", "Primary (0)"),
+    *((str(n), f"Step {n}") for n in range(1, MAX_ENTRIES + 1)),
+]
 PAGE_SIZES = (25, 50, 100)
 DEFAULT_PAGE_SIZE = 25
 ORDERS = ("newest", "oldest")
 TRISTATE = {"yes": True, "no": False}
 REQUEST_ID = re.compile(r"^[0-9a-f]{32}$")
+NOT_VISIBLE = "No request with this id in the logs you can see."
 
 # Query parameter names, in the order links are written.
 FILTER_NAMES = (
@@ -52,14 +66,15 @@ FILTER_NAMES = (
 
 
 def _parse_moment(value: str) -> datetime | None:
-    """An ISO 8601 date-time; without an offset it is UTC (the console shows UTC everywhere)."""
+    """An ISO 8601 date-time from 1970 to 9999; without an offset it is UTC (the console shows UTC everywhere)."""
     try:
         moment = parse_datetime(value.strip())
-    except ValueError:
+        if moment is None:
+            return None
+        moment = moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    except (ValueError, OverflowError):  # 0001-01-01T00:30+01:00 falls off the calendar
         return None
-    if moment is None:
-        return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return moment if 1970 <= moment.year <= 9999 else None
 
 
 def normalise_request_id(value: str) -> str:
@@ -108,11 +123,14 @@ class LogParams:
 
 
 class RequestLogFilterForm(forms.Form):
-    """Validates a query string against the viewer's choices (their keys, the catalog's names)."""
+    """Validates a query string for one viewer: their keys, teams and applications; names as free text.
 
-    def __init__(self, data: Any, *, options: FilterOptions) -> None:
+    `for_api` leaves out what only the page has (follow, its refresh mark, the request-id box).
+    """
+
+    def __init__(self, data: Any, *, viewer: Viewer, for_api: bool = False) -> None:
         super().__init__(data)
-        self.options = options
+        self.viewer = viewer
         f = self.fields
         f["range"] = forms.ChoiceField(
             required=False,
@@ -121,17 +139,10 @@ class RequestLogFilterForm(forms.Form):
         )
         f["from"] = forms.CharField(required=False, max_length=64)
         f["to"] = forms.CharField(required=False, max_length=64)
+        # Names are matched exactly and never refused: logs keep names the catalog no longer has.
         f["requested_model"] = forms.CharField(required=False, max_length=128)
-        f["served_model"] = forms.ChoiceField(
-            required=False,
-            choices=[("", "Any model"), *((m, m) for m in options.models)],
-            error_messages={"invalid_choice": _unknown("served model")},
-        )
-        f["provider"] = forms.ChoiceField(
-            required=False,
-            choices=[("", "Any provider"), *((p, p) for p in options.providers)],
-            error_messages={"invalid_choice": _unknown("provider")},
-        )
+        f["served_model"] = forms.CharField(required=False, max_length=128)
+        f["provider"] = forms.CharField(required=False, max_length=64)
         f["status"] = forms.ChoiceField(
             required=False,
             choices=[("", "Any status"), *((str(k), v) for k, v in STATUS_CLASS_LABELS.items())],
@@ -146,42 +157,18 @@ class RequestLogFilterForm(forms.Form):
             required=False,
             coerce=int,
             empty_value=None,
-            choices=[
-                ("", "Any step"),
-                ("0", "Primary (0)"),
-                *((str(n), f"Step {n}") for n in range(1, MAX_ENTRIES + 1)),
-            ],
+            choices=CHAIN_STEP_CHOICES,
             error_messages={
                 "invalid_choice": f"Chain step is 0 (the primary) to {MAX_ENTRIES}; “%(value)s” is not one of them."
             },
         )
-        f["key"] = forms.TypedChoiceField(
-            required=False,
-            coerce=int,
-            empty_value=None,
-            choices=[("", "Any key"), *((str(pk), label) for pk, label in options.keys)],
-            error_messages={"invalid_choice": _unknown("gateway key")},
-        )
-        f["team"] = forms.TypedChoiceField(
-            required=False,
-            coerce=int,
-            empty_value=None,
-            choices=[("", "Any team"), *((str(pk), name) for pk, name in options.teams)],
-            error_messages={"invalid_choice": _unknown("team")},
-        )
-        f["application"] = forms.TypedChoiceField(
-            required=False,
-            coerce=int,
-            empty_value=None,
-            choices=[("", "Any application"), *((str(pk), name) for pk, name in options.applications)],
-            error_messages={"invalid_choice": _unknown("application")},
-        )
+        for name in ("key", "team", "application"):
+            f[name] = forms.CharField(required=False, max_length=20)
         f["stream"] = forms.ChoiceField(
             required=False,
             choices=[("", "Any"), ("yes", "Streaming"), ("no", "Not streaming")],
             error_messages={"invalid_choice": "Stream is “yes” or “no” (or empty for any)."},
         )
-        f["request_id"] = forms.CharField(required=False, max_length=64)
         f["page_size"] = forms.TypedChoiceField(
             required=False,
             coerce=int,
@@ -195,8 +182,32 @@ class RequestLogFilterForm(forms.Form):
             error_messages={"invalid_choice": "Order is “newest” or “oldest”."},
         )
         f["cursor"] = forms.CharField(required=False, max_length=200)
-        f["follow"] = forms.ChoiceField(required=False, choices=[("", ""), ("1", "1"), ("0", "0")])
-        f["since"] = forms.IntegerField(required=False, min_value=0)
+        if not for_api:
+            f["request_id"] = forms.CharField(required=False, max_length=64)
+            f["follow"] = forms.ChoiceField(required=False, choices=[("", ""), ("1", "1"), ("0", "0")])
+            f["since"] = forms.CharField(required=False, max_length=200)
+
+    def _visible_id(self, name: str, noun: str) -> int | None:
+        raw = (self.cleaned_data.get(name) or "").strip()
+        if not raw:
+            return None
+        if raw.isdigit() and request_log_scope_visible(viewer=self.viewer, kind=name, pk=int(raw)):
+            return int(raw)
+        # The same words whether it does not exist or belongs to someone else.
+        raise forms.ValidationError(f"Unknown {noun} “{raw}”.")
+
+    def clean_key(self) -> int | None:
+        return self._visible_id("key", "gateway key")
+
+    def clean_team(self) -> int | None:
+        return self._visible_id("team", "team")
+
+    def clean_application(self) -> int | None:
+        return self._visible_id("application", "application")
+
+    def clean_since(self) -> int | None:
+        value = self.cleaned_data.get("since") or ""
+        return mark_decode(value) if value else None  # only highlights rows: a bad one highlights none
 
     def clean_request_id(self) -> str:
         value = normalise_request_id(self.cleaned_data.get("request_id") or "")
@@ -223,7 +234,7 @@ class RequestLogFilterForm(forms.Form):
         data["from_at"] = data["to_at"] = None
         if range_key != "custom" or "range" in self.errors:
             return data
-        example = "Enter a date and time such as 2026-12-01T07:40 (UTC)."
+        example = "Enter a date and time such as 2026-12-01T07:40 (UTC), from 1970 on."
         from_at = _parse_moment(raw_from) if raw_from else None
         to_at = _parse_moment(raw_to) if raw_to else None
         if not raw_from:
@@ -262,8 +273,8 @@ class RequestLogFilterForm(forms.Form):
         if range_key != DEFAULT_RANGE:
             query["range"] = range_key
         if range_key == "custom":
-            query["from"] = _iso(data["from_at"])
-            query["to"] = _iso(data["to_at"]) if data["to_at"] else None
+            query["from"] = url_moment(data["from_at"])
+            query["to"] = url_moment(data["to_at"]) if data["to_at"] else None
         for name in FILTER_NAMES[3:]:
             value = data.get(name)
             if value not in (None, ""):
@@ -317,7 +328,7 @@ LABELS = {
 }
 
 
-def _iso(moment: datetime | None) -> str:
+def url_moment(moment: datetime | None) -> str:
     """UTC, to the minute when that loses nothing (what a datetime-local input shows)."""
     if moment is None:
         return ""

@@ -15,7 +15,6 @@ from enum import StrEnum
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
-from django.core import signing
 from django.db.models import F, Q, QuerySet
 from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, TupleLessThan
 
@@ -24,6 +23,7 @@ from chains.models import FallbackChain
 from controlplane.errors import ValidationFailed
 from controlplane.roles import Role, has_role
 from requestlogs.models import RequestLog
+from requestlogs.tokens import seal, unseal
 from routing.models import Alias
 
 CLIENT_GONE = 499  # the gateway's status for a client that disconnected before the answer
@@ -146,12 +146,12 @@ class Direction(StrEnum):
     PREV = "p"  # the rows before it
 
 
-_signer = signing.Signer(salt="requestlogs.cursor")
+CURSOR_INVALID = "This paging link is invalid or was altered; start again from the first page."
 
 
 @dataclass(frozen=True)
 class Cursor:
-    """A position in (created_at, id) order and which way to read from it. Signed, so edits are detected."""
+    """A position in (created_at, id) order and which way to read from it, carried in URLs as a sealed token."""
 
     direction: Direction
     created_at: datetime
@@ -163,19 +163,30 @@ class Cursor:
 
     def encode(self) -> str:
         micros = round(self.created_at.timestamp() * 1_000_000)
-        return _signer.sign(f"{self.direction}{micros}.{self.id}")
+        return seal(f"{self.direction}{micros}.{self.id}", purpose="cursor")
 
     @classmethod
     def decode(cls, value: str) -> Cursor:
         """The cursor, or ValidationFailed for one that is malformed or was altered."""
+        raw = unseal(value, purpose="cursor")
         try:
-            raw = _signer.unsign(value)
-            direction, micros, row_id = Direction(raw[0]), *raw[1:].split(".")
+            if raw is None:
+                raise ValueError(value)
+            direction, (micros, row_id) = Direction(raw[0]), raw[1:].split(".")
             moment = datetime.fromtimestamp(int(micros) / 1_000_000, tz=UTC)
             return cls(direction, moment, int(row_id))
-        except (signing.BadSignature, ValueError, IndexError, OverflowError, OSError):
-            message = "This paging link is invalid or was altered; start again from the first page."
-            raise ValidationFailed(message, errors={"cursor": [message]}) from None
+        except (ValueError, IndexError, OverflowError, OSError):
+            raise ValidationFailed(CURSOR_INVALID, errors={"cursor": [CURSOR_INVALID]}) from None
+
+
+def mark_encode(row_id: int) -> str:
+    """The follow poll's "newest row shown so far", sealed."""
+    return seal(str(row_id), purpose="mark")
+
+
+def mark_decode(value: str) -> int | None:
+    raw = unseal(value, purpose="mark")
+    return int(raw) if raw is not None and raw.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -236,7 +247,12 @@ def request_log_page(
         has_prev = True
     rows = found[:page_size]
     next_cursor = Cursor.at(Direction.NEXT, rows[-1]) if len(found) > page_size else None
-    prev_cursor = Cursor.at(Direction.PREV, rows[0]) if has_prev and rows else None
+    prev_cursor = None
+    if has_prev and cursor is not None:
+        # An empty page past the end (the range moved on, retention deleted rows) still leads back.
+        prev_cursor = (
+            Cursor.at(Direction.PREV, rows[0]) if rows else Cursor(Direction.PREV, cursor.created_at, cursor.id)
+        )
     return LogPage(rows, next_cursor, prev_cursor)
 
 
@@ -352,6 +368,17 @@ def request_log_labels(rows: list[RequestLog], *, full: bool = True) -> Labels:
 
 
 # ---------- Filter choices ----------
+
+
+def request_log_scope_visible(*, viewer: Viewer, kind: str, pk: int) -> bool:
+    """Whether a key, team or application id may be used as a filter by this viewer (one indexed lookup)."""
+    if kind == "key":
+        return ApiKey.objects.filter(pk=pk).exists() and (viewer.sees_all or pk in viewer.key_ids)
+    model = {"team": Team, "application": Application}[kind]
+    qs = model.objects.filter(pk=pk)
+    if not viewer.sees_all:
+        qs = qs.filter(api_keys__in=viewer.key_ids)
+    return qs.exists()
 
 
 @dataclass(frozen=True)

@@ -103,9 +103,10 @@ def _copy_postgres(rows: list[tuple[Any, ...]], cols: str) -> int:
 
     A request_id already stored is rare (a batch redelivered after a worker died between commit and
     acknowledgement, or stored by a concurrent writer), so the fast path does not look for one first.
-    When the unique index (or any constraint) refuses the COPY, the batch goes the careful way: COPY
-    into a temporary table, then INSERT what is new with ON CONFLICT DO NOTHING, which raises only for
-    rows that are bad in themselves.
+    When a constraint refuses the COPY (the unique index, or a CHECK), the batch goes the careful way:
+    COPY into a temporary table, then INSERT what is new with ON CONFLICT DO NOTHING, which raises only
+    for rows that are bad in themselves. A value PostgreSQL cannot even read (DataError) would fail the
+    same way twice, so it goes straight back to the caller, which sets the bad row apart.
     """
     fresh: dict[Any, tuple[Any, ...]] = {}
     for row in rows:
@@ -117,7 +118,7 @@ def _copy_postgres(rows: list[tuple[Any, ...]], cols: str) -> int:
                 for row in fresh.values():
                     copy.write_row(row)
         return len(fresh)
-    except (IntegrityError, DataError):
+    except IntegrityError:
         return _merge_postgres(list(fresh.values()), cols)
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import csv
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -28,14 +28,27 @@ from chains.templatetags.console_tags import query
 from controlplane.permissions import role_required
 from controlplane.roles import Role, has_role
 from health.selectors import circuit_anchor
-from requestlogs.forms import DEFAULT_RANGE, PAGE_SIZES, RANGES, LogParams, RequestLogFilterForm, normalise_request_id
+from requestlogs.forms import (
+    CHAIN_STEP_CHOICES,
+    DEFAULT_RANGE,
+    NOT_VISIBLE,
+    PAGE_SIZES,
+    RANGES,
+    REQUEST_ID,
+    LogParams,
+    RequestLogFilterForm,
+    normalise_request_id,
+    url_moment,
+)
 from requestlogs.models import RequestLog
 from requestlogs.selectors import (
     CappedCount,
+    FilterOptions,
     KeyLabel,
     Labels,
     LogPage,
     Viewer,
+    mark_encode,
     request_log_any,
     request_log_batches,
     request_log_count,
@@ -49,7 +62,7 @@ from requestlogs.selectors import (
 
 READERS = (Role.ADMIN, Role.BI_READ_ONLY, Role.USER)
 # Seconds between refreshes of the list while "follow" is on (browser tests shorten it).
-FOLLOW_SECONDS = 3
+FOLLOW_SECONDS = 2
 COUNT_CAP = 1000
 EXPORT_CAP = 100_000
 
@@ -182,8 +195,16 @@ def _detail(log: RequestLog, labels: Labels, *, is_admin: bool) -> LogDetail:
         chain_name = chain_name or f"chain #{log.chain_id} (deleted)"
     circuit_logs_url = circuit_health_url = ""
     if log.served_provider and log.served_model:
+        # The circuit's requests in the two hours around this one (whole minutes, as the range inputs show).
+        start = (log.created_at - timedelta(hours=1)).replace(second=0, microsecond=0)
+        end = (log.created_at + timedelta(hours=1, minutes=1)).replace(second=0, microsecond=0)
         circuit_logs_url = reverse("requestlogs:list") + query(
-            {"provider": log.served_provider, "served_model": log.served_model, "range": "1h"}
+            {
+                "provider": log.served_provider,
+                "served_model": log.served_model,
+                "from": url_moment(start),
+                "to": url_moment(end),
+            }
         )
         if is_admin:
             circuit_health_url = (
@@ -219,9 +240,28 @@ def _range_text(params: LogParams) -> str:
 # ---------- List ----------
 
 
-def _list_context(request: HtmxRequest, viewer: Viewer) -> tuple[dict[str, Any], HttpResponse | None]:
-    options = request_log_filter_options(viewer=viewer)
-    form = RequestLogFilterForm(request.GET, options=options)
+def _name_notices(params: LogParams, options: FilterOptions) -> list[str]:
+    """A word when a model or provider name is not in the catalog: likely a typo, or a name from before."""
+    known = {
+        "requested_model": set(options.requested_suggestions),
+        "served_model": set(options.models),
+        "provider": set(options.providers),
+    }
+    nouns = {"requested_model": "model or alias", "served_model": "model", "provider": "provider"}
+    return [
+        f"“{params.query[name]}” is not a {nouns[name]} in the catalog now; "
+        "only requests that name it exactly are shown."
+        for name in known
+        if name in params.query and params.query[name] not in known[name]
+    ]
+
+
+def _list_context(
+    request: HtmxRequest, viewer: Viewer, *, with_form: bool
+) -> tuple[dict[str, Any], HttpResponse | None]:
+    """Everything the list renders. `with_form`: the filter controls are rendered too (so their choices are loaded)."""
+    form = RequestLogFilterForm(request.GET, viewer=viewer)
+    options = request_log_filter_options(viewer=viewer) if with_form else None
     list_url = reverse("requestlogs:list")
     context: dict[str, Any] = {
         "section": "request_logs",
@@ -229,16 +269,23 @@ def _list_context(request: HtmxRequest, viewer: Viewer) -> tuple[dict[str, Any],
         "options": options,
         "list_url": list_url,
         "ranges": [(k, label) for k, (label, _) in RANGES.items()],
+        "chain_steps": CHAIN_STEP_CHOICES,
         "page_sizes": PAGE_SIZES,
         "follow_seconds": FOLLOW_SECONDS,
         "updated_at": timezone.now(),
         "viewer": viewer,
     }
+    if options is not None:
+        context["filter_choices"] = {
+            "key": [("", "Any key"), *((str(pk), label) for pk, label in options.keys)],
+            "team": [("", "Any team"), *((str(pk), name) for pk, name in options.teams)],
+            "application": [("", "Any application"), *((str(pk), name) for pk, name in options.applications)],
+        }
     if form.is_valid() and (request_id := form.cleaned_data["request_id"]):
         if request_log_get(viewer=viewer, request_id=request_id) is not None:
             url = reverse("requestlogs:detail", args=[request_id])
             return context, HttpResponseClientRedirect(url) if request.htmx else redirect(url)
-        form.add_error("request_id", "No request with this id in the logs you can see.")
+        form.add_error("request_id", NOT_VISIBLE)
     if not form.is_valid():
         context["errors"] = form.error_list()
         raw_range = request.GET.get("range") or ("custom" if request.GET.get("from") else DEFAULT_RANGE)
@@ -261,8 +308,9 @@ def _list_context(request: HtmxRequest, viewer: Viewer) -> tuple[dict[str, Any],
         count = request_log_count(viewer=viewer, filters=params.filters, cap=COUNT_CAP)
     # Only an empty page asks whether there is anything at all (an index-only probe), for the empty state.
     anything = bool(page.rows) or request_log_any(viewer=viewer)
-    base = params.list_query()
-    top_id = max((row.pk for row in page.rows), default=params.since_id or 0)
+    newest_shown = max((row.pk for row in page.rows), default=params.since_id or 0)
+    # The address names the page shown: no cursor once paging back has reached the first page.
+    shown_cursor = cursor if page.prev_cursor is not None else None
     context.update(
         {
             "params": params,
@@ -270,13 +318,14 @@ def _list_context(request: HtmxRequest, viewer: Viewer) -> tuple[dict[str, Any],
             "rows": _rows(page, labels, since_id=params.since_id),
             "count": count,
             "anything": anything,
+            "notices": _name_notices(params, options) if options is not None else [],
             "range_text": _range_text(params),
             "active_filters": params.narrowing + (params.range != DEFAULT_RANGE),
             "range_value": params.range,
             "from_value": params.query.get("from", ""),
             "to_value": params.query.get("to", ""),
-            "query": base,
-            "page_query": params.list_query(cursor=cursor.encode() if cursor else None),
+            # The cursor as it came (a fresh token for the same place would change the address for nothing).
+            "page_query": params.list_query(cursor=request.GET.get("cursor") if shown_cursor else None),
             "next_query": params.list_query(cursor=page.next_cursor.encode(), follow=None)
             if page.next_cursor
             else None,
@@ -285,11 +334,8 @@ def _list_context(request: HtmxRequest, viewer: Viewer) -> tuple[dict[str, Any],
             else None,
             "first_query": params.list_query(follow=None),
             "order_query": params.list_query(order=None if not params.newest_first else "oldest", follow=None),
-            "poll_query": params.list_query(since=top_id),
+            "poll_query": params.list_query(since=mark_encode(newest_shown)),
             "export_query": params.list_query(follow=None),
-            "follow_on_query": params.list_query(follow="1"),
-            "follow_off_query": params.list_query(follow=None),
-            "export_cap": EXPORT_CAP,
             "default_range": DEFAULT_RANGE,
         }
     )
@@ -301,14 +347,22 @@ def _list_context(request: HtmxRequest, viewer: Viewer) -> tuple[dict[str, Any],
 @vary_on_headers("HX-Request", "HX-Target")
 def request_log_list_view(request: HtmxRequest) -> HttpResponse:
     viewer = _viewer(request)
-    context, jump = _list_context(request, viewer)
+    target = _partial_target(request)
+    if target not in ("", "log-table", "log-page"):
+        target = "log-page"
+    context, jump = _list_context(request, viewer, with_form=target != "log-table")
     if jump is not None:
         return jump
-    target = _partial_target(request)
-    template = "requestlogs/list.html"
-    if target in ("log-table", "log-page"):
-        template += f"#{target}"
-    response = render(request, template, context, status=200)
+    if target == "log-table" and "errors" in context:
+        # The follow poll's filters stopped being valid (a key was deleted, say): show the whole region,
+        # with the summary and the fields, instead of a table that only says "fix the filters above".
+        context, _ = _list_context(request, viewer, with_form=True)
+        response = render(request, "requestlogs/list.html#log-page", context)
+        response["HX-Retarget"] = "#log-page"
+        response["HX-Reswap"] = "outerHTML"
+        return response
+    template = "requestlogs/list.html" + (f"#{target}" if target else "")
+    response = render(request, template, context)
     # Filter changes and paging update the address bar; the follow poll (triggered by the table) does not.
     if target and request.htmx.trigger != "log-table":
         if "page_query" in context:
@@ -326,9 +380,10 @@ def request_log_list_view(request: HtmxRequest) -> HttpResponse:
 @vary_on_headers("HX-Request", "HX-Target")
 def request_log_detail_view(request: HtmxRequest, request_id: str) -> HttpResponse:
     viewer = _viewer(request)
-    log = request_log_get(viewer=viewer, request_id=normalise_request_id(request_id))
+    request_id = normalise_request_id(request_id)
+    log = request_log_get(viewer=viewer, request_id=request_id) if REQUEST_ID.match(request_id) else None
     if log is None:
-        raise Http404("No request with this id in the logs you can see.")
+        raise Http404(NOT_VISIBLE)
     detail = _detail(log, request_log_labels([log]), is_admin=has_role(request.user, Role.ADMIN))
     context = {"section": "request_logs", "detail": detail, "list_url": reverse("requestlogs:list")}
     template = "requestlogs/detail.html"
@@ -436,7 +491,7 @@ async def _csv_chunks_async(viewer: Viewer, params: LogParams) -> AsyncIterator[
 @role_required(*READERS)
 def request_log_export_view(request: HtmxRequest) -> HttpResponse:
     viewer = _viewer(request)
-    form = RequestLogFilterForm(request.GET, options=request_log_filter_options(viewer=viewer))
+    form = RequestLogFilterForm(request.GET, viewer=viewer)
     if not form.is_valid():
         lines = "\n".join(f"{label}: {message}" for label, message in form.error_list())
         return HttpResponse(f"The filters are not valid:\n{lines}\n", status=400, content_type="text/plain")

@@ -350,9 +350,12 @@
     return document.getElementById("log-drawer");
   }
 
+  let drawerOpen = false; // a restore swaps the dialog away without a close event, so keep count here
+
   function openDrawer() {
     const d = drawer();
     if (d && !d.open && typeof d.showModal === "function") d.showModal();
+    drawerOpen = Boolean(d && d.open);
   }
 
   function focusOpener() {
@@ -395,9 +398,13 @@
     }
   });
 
+  let closing = false; // the drawer was just closed: the next restore is the list it came from
+
   document.addEventListener("close", function (event) {
     if (event.target.id !== "log-drawer") return;
+    drawerOpen = false;
     if (history.state && history.state.cpDrawer && DETAIL_PATH.test(location.pathname)) {
+      closing = true;
       history.back(); // htmx restores the list; focus follows in htmx:historyRestore
     } else {
       focusOpener();
@@ -407,12 +414,16 @@
   document.addEventListener("htmx:historyRestore", function () {
     const d = drawer();
     const body = document.getElementById("log-drawer-body");
+    const leftDrawer = closing || drawerOpen; // closed with Escape or ×, or left with Back
+    closing = drawerOpen = false;
     if (!d) return;
     // A snapshot keeps the dialog's open attribute but not its modality.
     if (d.hasAttribute("open")) d.removeAttribute("open");
     if (DETAIL_PATH.test(location.pathname) && body && body.children.length) {
+      // Forward into a drawer: htmx replaced this entry's state while restoring, so mark it again.
+      history.replaceState(Object.assign({}, history.state, { cpDrawer: true }), "");
       openDrawer();
-    } else {
+    } else if (leftDrawer) {
       focusOpener();
     }
   });

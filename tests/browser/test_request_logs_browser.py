@@ -119,6 +119,14 @@ def test_fallback_requests_through_the_list_and_the_drawer(
     page.go_back()
     expect(drawer).to_be_hidden()
     expect(page).to_have_url(re.compile(r"/logs/\?fallback=yes$"))
+    expect(page.locator(f"#log-link-{newest}")).to_be_focused()
+    page.go_forward()
+    expect(drawer).to_be_visible()
+    expect(page).to_have_url(re.compile(rf"/logs/{newest}/$"))
+    page.keyboard.press("Escape")
+    expect(drawer).to_be_hidden()
+    expect(page).to_have_url(re.compile(r"/logs/\?fallback=yes$"))
+    expect(page.locator(f"#log-link-{newest}")).to_be_focused()
 
     # Follow: a new rescued request appears at the top without a reload.
     page.get_by_label("Follow new requests").check()

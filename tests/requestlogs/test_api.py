@@ -1,5 +1,6 @@
 """GET /api/request-logs/ and /api/request-logs/<id>/: roles, filters, cursor paging, bad input, schema."""
 
+import re
 import time
 
 import pytest
@@ -158,8 +159,14 @@ def test_cursor_links_page_through_and_keep_the_filters(catalog, admin_client):
     ("params", "field", "message"),
     [
         ({"status": "9xx"}, "status", "Unknown status class “9xx”: use 2xx, 4xx, 5xx or client_gone."),
-        ({"provider": "nope"}, "provider", "Unknown provider “nope”."),
-        ({"from": "tomorrow"}, "from", "Enter a date and time such as 2026-12-01T07:40 (UTC)."),
+        ({"team": "nope"}, "team", "Unknown team “nope”."),
+        ({"from": "tomorrow"}, "from", "Enter a date and time such as 2026-12-01T07:40 (UTC), from 1970 on."),
+        (
+            {"from": "0001-01-01T00:30+01:00"},
+            "from",
+            "Enter a date and time such as 2026-12-01T07:40 (UTC), from 1970 on.",
+        ),
+        ({"request_id": "0" * 32}, "request_id", "To fetch one request, GET /api/request-logs/<request_id>/."),
         ({"from": "2026-11-30T10:00Z", "to": "2026-11-29T10:00Z"}, "to", "“To” must be later than “from”."),
         (
             {"cursor": "p9.9:nope"},
@@ -226,3 +233,26 @@ def test_schema_documents_both_endpoints(admin_client):
     page = schema["components"]["schemas"]["RequestLogPage"]
     assert sorted(page["properties"]) == ["next", "previous", "results"]
     assert "attempts" in schema["components"]["schemas"]["RequestLog"]["properties"]
+
+
+def test_page_only_parameters_do_not_change_the_api(catalog, admin_client):
+    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(3)))
+
+    response = admin_client.get(LIST, {"order": "oldest", "follow": "1", "since": "whatever"})
+
+    assert ids(response) == [r.request_id for r in reversed(rows)]
+
+
+def test_api_cursors_and_ids_reveal_no_row_ids(catalog, user_client):
+    insert_logs(*(log_record(key=catalog.ursula_key, at=NOW - i) for i in range(30)))
+
+    body = user_client.get(LIST).json()
+
+    cursor = re.fullmatch(r"http://testserver/api/request-logs/\?cursor=([A-Za-z0-9_-]{40,})", body["next"])
+    assert cursor is not None
+    assert all("id" not in item or item["id"] is None for item in body["results"])
+
+
+def test_detail_of_an_impossible_id_is_404(rows, admin_client):
+    assert admin_client.get(f"{LIST}%00/").status_code == 404
+    assert admin_client.get(f"{LIST}{'z' * 32}/").status_code == 404

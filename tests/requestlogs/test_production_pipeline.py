@@ -1,7 +1,7 @@
 """Production mode end to end: gateway process → Redis stream → Celery worker + beat → Request Logs page.
 
 Real processes: `manage.py run_gateway` (its log sink appends to a Redis stream of this test's own) and
-`celery worker -B` (beat runs `requestlogs.ingest` every 2 s). The test waits, bounded, for the row to
+`celery worker -B` (beat runs `requestlogs.ingest` every second). The test waits, bounded, for the row to
 show up on the page and in the API; how long that takes is measured by bench/request_log_freshness.py,
 never asserted here.
 """

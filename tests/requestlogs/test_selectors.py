@@ -1,5 +1,6 @@
 """Request-log reads: keyset pages (ties included), signed cursors, every filter, visibility, capped counts."""
 
+import re
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -12,12 +13,15 @@ from requestlogs.selectors import (
     LogFilter,
     StatusClass,
     Viewer,
+    mark_decode,
+    mark_encode,
     request_log_batches,
     request_log_count,
     request_log_get,
     request_log_page,
     viewer_for,
 )
+from requestlogs.tokens import seal
 from tests.factories.requestlogs import insert_logs, log_record
 
 pytestmark = pytest.mark.django_db
@@ -88,12 +92,15 @@ def test_previous_page_that_is_short_returns_the_full_first_page(tied_rows):
     assert page.next_cursor == Cursor.at(Direction.NEXT, newest[2])
 
 
-def test_next_cursor_past_the_end_gives_an_empty_last_page(tied_rows):
-    oldest = min(tied_rows, key=lambda r: (r.created_at, r.pk))
+def test_next_cursor_past_the_end_gives_an_empty_page_that_leads_back(tied_rows):
+    newest_first = sorted(tied_rows, key=lambda r: (r.created_at, r.pk), reverse=True)
+    oldest = newest_first[-1]
 
     page = request_log_page(viewer=ALL, filters=LogFilter(), page_size=3, cursor=Cursor.at(Direction.NEXT, oldest))
+    back = request_log_page(viewer=ALL, filters=LogFilter(), page_size=3, cursor=page.prev_cursor)
 
-    assert (page.rows, page.next_cursor, page.prev_cursor) == ([], None, None)
+    assert (page.rows, page.next_cursor, page.prev_cursor) == ([], None, Cursor.at(Direction.PREV, oldest))
+    assert ids(back.rows) == ids(newest_first[3:6])
 
 
 def test_cursor_round_trips_to_the_microsecond():
@@ -105,11 +112,12 @@ def test_cursor_round_trips_to_the_microsecond():
 @pytest.mark.parametrize(
     "tamper",
     [
-        lambda v: v.replace("n", "p", 1),  # the direction
-        lambda v: v.replace(".42", ".43", 1),  # the row id
-        lambda v: v[:-3] + ("AAA" if not v.endswith("AAA") else "BBB"),  # the signature
-        lambda v: v.split(":")[0],  # no signature
-        lambda v: "garbage",
+        lambda v: v[:10] + ("A" if v[10] != "A" else "B") + v[11:],  # one character changed
+        lambda v: v[:-2],  # cut short
+        lambda v: v + "AA",  # made longer
+        lambda v: mark_encode(42),  # a token sealed for another purpose
+        lambda v: "n1796111234637184.85:z9LTH9i7gANL4umX3slcAyC_gdW6rcPD5wUDXnXelKY",  # a signed, readable cursor
+        lambda v: "garbage!",
         lambda v: "",
     ],
 )
@@ -122,12 +130,21 @@ def test_tampered_cursor_is_refused_with_a_message(tamper):
     assert caught.value.message == "This paging link is invalid or was altered; start again from the first page."
 
 
-def test_a_signed_cursor_with_a_bad_payload_is_refused():
-    from requestlogs.selectors import _signer
-
-    for payload in ("x123.4", "n.4", "nabc.4", "n1.", "n99999999999999999999999.1"):
+def test_a_sealed_cursor_with_a_bad_payload_is_refused():
+    for payload in ("x123.4", "n.4", "nabc.4", "n1.", "n1.2.3", "n99999999999999999999999.1", ""):
         with pytest.raises(ValidationFailed):
-            Cursor.decode(_signer.sign(payload))
+            Cursor.decode(seal(payload, purpose="cursor"))
+
+
+def test_tokens_reveal_no_row_id():
+    cursor = Cursor(Direction.NEXT, datetime(2026, 12, 1, tzinfo=UTC), 123456789)
+
+    tokens = [cursor.encode(), cursor.encode(), mark_encode(123456789)]
+
+    assert all(re.fullmatch(r"[A-Za-z0-9_-]{40,}", t) for t in tokens)
+    assert tokens[0] != tokens[1]  # a fresh nonce each time: equal positions do not even look equal
+    assert not any("123456789" in t for t in tokens)
+    assert (Cursor.decode(tokens[0]), mark_decode(tokens[2])) == (cursor, 123456789)
 
 
 FILTER_CASES = {

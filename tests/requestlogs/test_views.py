@@ -4,6 +4,7 @@ import csv
 import io
 import re
 import time
+from datetime import timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -16,6 +17,7 @@ from chains.services import ChainInput, EntryInput, chain_create
 from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
 from health.selectors import circuit_anchor
 from requestlogs import views as log_views
+from requestlogs.selectors import mark_decode
 from requestlogs.templatetags.requestlog_tags import utc_full
 from tests.conftest import PASSWORD, _make_user
 from tests.factories.requestlogs import insert_logs, log_record
@@ -229,8 +231,6 @@ def test_custom_range_from_and_to(catalog, admin_client):
 @pytest.mark.parametrize(
     ("params", "expected"),
     [
-        ({"provider": "nope"}, ["Provider: Unknown provider “nope”."]),
-        ({"served_model": "gpt-5"}, ["Served model: Unknown served model “gpt-5”."]),
         ({"status": "3xx"}, ["Status: Unknown status class “3xx”: use 2xx, 4xx, 5xx or client_gone."]),
         ({"fallback": "maybe"}, ["Fallback: Fallback is “yes” or “no” (or empty for any)."]),
         ({"stream": "1"}, ["Stream: Stream is “yes” or “no” (or empty for any)."]),
@@ -241,10 +241,26 @@ def test_custom_range_from_and_to(catalog, admin_client):
         ({"range": "2w"}, ["Time range: Unknown time range “2w”: use 15m, 1h, 24h, 7d or custom."]),
         ({"page_size": "1000"}, ["Rows per page: Rows per page is 25, 50 or 100."]),
         ({"range": "custom"}, ["From: A custom range needs a start (“from”)."]),
-        ({"range": "custom", "from": "yesterday"}, ["From: Enter a date and time such as 2026-12-01T07:40 (UTC)."]),
+        (
+            {"range": "custom", "from": "yesterday"},
+            ["From: Enter a date and time such as 2026-12-01T07:40 (UTC), from 1970 on."],
+        ),
+        (
+            {"range": "custom", "from": "0001-01-01T00:30+01:00"},  # falls off the calendar in UTC
+            ["From: Enter a date and time such as 2026-12-01T07:40 (UTC), from 1970 on."],
+        ),
+        (
+            {"from": "2026-11-30T10:00", "to": "9999-12-31T23:59-01:00"},
+            ["To: Enter a date and time such as 2026-12-01T07:40 (UTC), from 1970 on."],
+        ),
+        (
+            {"from": "1969-12-31T23:59"},
+            ["From: Enter a date and time such as 2026-12-01T07:40 (UTC), from 1970 on."],
+        ),
+        ({"key": "1; DROP TABLE"}, ["Gateway key: Unknown gateway key “1; DROP TABLE”."]),
         (
             {"from": "2026-11-30T10:00", "to": "2026-13-01"},
-            ["To: Enter a date and time such as 2026-12-01T07:40 (UTC)."],
+            ["To: Enter a date and time such as 2026-12-01T07:40 (UTC), from 1970 on."],
         ),
         ({"from": "2026-11-30T10:00", "to": "2026-11-30T09:00"}, ["To: “To” must be later than “from”."]),
         ({"from": "2026-11-30T10:00", "to": "2026-11-30T10:00"}, ["To: “To” must be later than “from”."]),
@@ -275,7 +291,7 @@ def test_bad_filters_keep_what_was_typed_with_the_field_marked(rows, admin_clien
     html = response.content.decode()
     assert 'id="log-from" name="from" value="yesterday"' in html
     assert 'aria-describedby="log-from-error"' in html
-    assert re.search(r'<option value="openai" selected>', html)
+    assert 'id="log-provider" name="provider" value="openai"' in html
     assert re.search(r'<option value="custom" selected>', html)
 
 
@@ -373,23 +389,41 @@ def test_htmx_paging_pushes_the_cursor_url(catalog, admin_client):
 
 
 def test_bad_filters_over_htmx_push_the_url_as_typed(rows, admin_client):
-    response = admin_client.get(LIST_URL, {"provider": "nope"}, headers=htmx("log-page"))
+    response = admin_client.get(LIST_URL, {"status": "nope"}, headers=htmx("log-page"))
 
-    assert response["HX-Push-Url"] == "/logs/?provider=nope"
-    assert summary(response) == ["Provider: Unknown provider “nope”."]
+    assert response["HX-Push-Url"] == "/logs/?status=nope"
+    assert summary(response) == ["Status: Unknown status class “nope”: use 2xx, 4xx, 5xx or client_gone."]
+
+
+def test_a_name_the_catalog_does_not_know_is_searched_with_a_notice(catalog, admin_client):
+    # Logs keep names the catalog no longer has (a renamed model, a deleted provider): never an error.
+    gone = insert_logs(log_record(key=catalog.alice_key, served_provider="retired", served_model="gpt-3"))[0]
+
+    by_provider = admin_client.get(LIST_URL, {"provider": "retired"})
+    by_model = admin_client.get(LIST_URL, {"served_model": "gpt-3"})
+    known = admin_client.get(LIST_URL, {"provider": "openai"})
+
+    assert shown(by_provider) == shown(by_model) == [gone.request_id]
+    notice = "“retired” is not a provider in the catalog now; only requests that name it exactly are shown."
+    assert notice in by_provider.content.decode()
+    assert "“gpt-3” is not a model in the catalog now" in by_model.content.decode()
+    assert "in the catalog now" not in known.content.decode()
 
 
 def test_follow_polls_the_table_and_marks_new_rows(catalog, admin_client):
     old = insert_logs(log_record(key=catalog.alice_key, at=NOW - 5))[0]
     page = admin_client.get(LIST_URL, {"follow": "1", "provider": "openai"})
-    poll_url = re.search(r'<div id="log-table" hx-get="([^"]+)" hx-trigger="every 3s"', page.content.decode())
+    poll_url = re.search(r'<div id="log-table" hx-get="([^"]+)" hx-trigger="every 2s"', page.content.decode())
     new = insert_logs(log_record(key=catalog.alice_key, at=NOW - 1))[0]
 
     poll = admin_client.get(
         poll_url.group(1).replace("&amp;", "&"), headers=htmx("log-table", **{"HX-Trigger": "log-table"})
     )
 
-    assert poll_url.group(1).replace("&amp;", "&") == f"/logs/?provider=openai&follow=1&since={old.pk}"
+    since = re.fullmatch(
+        r"/logs/\?provider=openai&follow=1&since=([A-Za-z0-9_-]+)", poll_url.group(1).replace("&amp;", "&")
+    )
+    assert since and mark_decode(since.group(1)) == old.pk  # the newest row shown, sealed (ids count everyone's)
     assert "HX-Push-Url" not in poll  # polling never adds history entries
     html = poll.content.decode()
     assert html.strip().startswith('<div id="log-table" hx-get=')
@@ -537,7 +571,13 @@ def test_drawer_links_to_the_circuit_in_logs_and_on_provider_health(fell_back, a
     admin_html = admin_client.get(detail_url(log)).content.decode()
     bi_html = bi_client.get(detail_url(log)).content.decode()
 
-    circuit_logs = '<a class="btn btn-small" href="/logs/?provider=backup&amp;served_model=mistral&amp;range=1h">'
+    around = log.created_at.replace(second=0, microsecond=0)
+    start = (around - timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M")
+    end = (around + timedelta(hours=1, minutes=1)).strftime("%Y-%m-%dT%H:%M")
+    circuit_logs = (
+        f'href="/logs/?provider=backup&amp;served_model=mistral&amp;from={start.replace(":", "%3A")}'
+        f'&amp;to={end.replace(":", "%3A")}"'
+    )
     health = f'href="/fallback/health/#circuit-row-{circuit_anchor("backup", "mistral")}"'
     assert circuit_logs in admin_html and health in admin_html
     # bi_read_only may not open Provider Health or edit chains: no links to pages that would answer 403.
@@ -715,3 +755,68 @@ def test_meta_line_says_when_filters_narrow_the_rows(rows, admin_client):
 
     assert "4 requests in the last hour ·" in _text(only_range)
     assert "4 requests in the last hour matching the filters ·" in _text(narrowed)
+
+
+TOKEN = re.compile(r"[A-Za-z0-9_-]{40,}")
+
+
+def test_paging_and_follow_links_carry_no_row_ids(catalog, user_client):
+    # Row ids count every user's requests; a user must not be able to read them from the links.
+    insert_logs(*(log_record(key=catalog.ursula_key, at=NOW - i) for i in range(30)))
+
+    page = user_client.get(LIST_URL, {"follow": "1"}).content.decode()
+    older = _links(user_client.get(LIST_URL))["next"]
+
+    since = re.search(r'hx-get="/logs/\?follow=1&amp;since=([^"&]+)"', page).group(1)
+    cursor = re.fullmatch(r"/logs/\?cursor=([^&]+)", older).group(1)
+    assert TOKEN.fullmatch(since) and TOKEN.fullmatch(cursor)
+    assert not re.search(r"data-(row-)?id=\"\d+\"", page)
+
+
+def test_an_empty_page_past_the_end_leads_back(catalog, admin_client):
+    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(26)))
+    older = _links(admin_client.get(LIST_URL))["next"]
+    # The one row of page 2 goes (retention, say): page 2 is empty but still leads back.
+    rows[-1].delete()
+
+    empty = admin_client.get(older)
+
+    html = empty.content.decode()
+    assert shown(empty) == []
+    assert "No more requests on this side in the last 24 h." in html
+    back = admin_client.get(_links(empty)["prev"])
+    assert shown(back) == [r.request_id for r in rows[:25]]
+
+
+def test_the_follow_poll_with_filters_no_longer_valid_swaps_the_whole_region(catalog, admin_client):
+    response = admin_client.get(
+        LIST_URL, {"follow": "1", "team": "999999"}, headers=htmx("log-table", **{"HX-Trigger": "log-table"})
+    )
+
+    assert response["HX-Retarget"] == "#log-page"
+    assert response["HX-Reswap"] == "outerHTML"
+    assert response.content.decode().strip().startswith('<div id="log-page">')
+    assert summary(response) == ["Team: Unknown team “999999”."]
+
+
+def test_request_ids_that_cannot_exist_are_404_without_a_query(rows, admin_client):
+    for path in ("/logs/%00/", "/logs/" + "g" * 32 + "/", "/logs/" + "a" * 33 + "/"):
+        response = admin_client.get(path)
+
+        assert response.status_code == 404, path
+        assert "No request with this id in the logs you can see." in response.content.decode()
+
+
+def test_unknown_urls_get_a_plain_not_found_page(admin_client):
+    response = admin_client.get("/no-such-page/")
+
+    assert response.status_code == 404
+    html = response.content.decode()
+    assert "There is nothing at this address." in html and "Resolver404" not in html
+
+
+def test_custom_range_inputs_accept_seconds(catalog, admin_client):
+    # A link with seconds (from the API, or shared) must not make the browser refuse the form.
+    html = admin_client.get(LIST_URL, {"from": "2026-11-30T10:00:30"}).content.decode()
+
+    assert 'id="log-from" name="from" value="2026-11-30T10:00:30" step="1"' in html
