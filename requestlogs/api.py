@@ -26,6 +26,7 @@ from requestlogs.selectors import (
     STATUS_CLASS_LABELS,
     Labels,
     Viewer,
+    log_attempts,
     request_log_get,
     request_log_labels,
     request_log_page,
@@ -110,17 +111,6 @@ def _named(ids: dict[int, str], pk: int | None) -> dict[str, Any] | None:
     return None if pk is None else {"id": pk, "name": ids.get(pk)}
 
 
-def _attempt(item: Any) -> dict[str, Any]:
-    item = item if isinstance(item, dict) else {}
-    return {
-        "provider": str(item.get("provider") or ""),
-        "model": str(item.get("model") or ""),
-        "status": item.get("status") if isinstance(item.get("status"), int) else None,
-        "error": item.get("error") or None,
-        "duration_ms": item.get("duration_ms") if isinstance(item.get("duration_ms"), int | float) else None,
-    }
-
-
 def request_log_data(log: RequestLog, labels: Labels) -> dict[str, Any]:
     """One row as the API shows it (ids with their names)."""
     key = labels.keys.get(log.key_id) if log.key_id is not None else None
@@ -162,7 +152,16 @@ def request_log_data(log: RequestLog, labels: Labels) -> dict[str, Any]:
             "from_provider": log.fallback_from_provider,
             "original_model": log.fallback_original_model,
         },
-        "attempts": [_attempt(a) for a in (log.attempts if isinstance(log.attempts, list) else [])],
+        "attempts": [
+            {
+                "provider": a.provider,
+                "model": a.model,
+                "status": a.status,
+                "error": a.error or None,
+                "duration_ms": a.duration_ms,
+            }
+            for a in log_attempts(log)
+        ],
     }
 
 
@@ -203,7 +202,7 @@ class RequestLogListApi(APIView):
         if "request_id" in request.query_params:
             message = "To fetch one request, GET /api/request-logs/<request_id>/."
             raise ValidationFailed(f"request_id: {message}", errors={"request_id": [message]})
-        form = RequestLogFilterForm(request.query_params, viewer=viewer, for_api=True)
+        form = RequestLogFilterForm(request.query_params, viewer=viewer, page_controls=False)
         if not form.is_valid():
             errors = form.errors_by_param()
             name, messages = next(iter(errors.items()))

@@ -82,10 +82,6 @@ def normalise_request_id(value: str) -> str:
     return value.strip().replace("-", "").lower()
 
 
-def _unknown(noun: str) -> str:
-    return f"Unknown {noun} “%(value)s”."
-
-
 @dataclass(frozen=True)
 class LogParams:
     """Everything a Request Logs URL says: the filters, paging and display state."""
@@ -125,10 +121,11 @@ class LogParams:
 class RequestLogFilterForm(forms.Form):
     """Validates a query string for one viewer: their keys, teams and applications; names as free text.
 
-    `for_api` leaves out what only the page has (follow, its refresh mark, the request-id box).
+    Without `page_controls` (the API, the CSV) it leaves out what only the page has: follow, its
+    refresh mark and the request-id box.
     """
 
-    def __init__(self, data: Any, *, viewer: Viewer, for_api: bool = False) -> None:
+    def __init__(self, data: Any, *, viewer: Viewer, page_controls: bool = True) -> None:
         super().__init__(data)
         self.viewer = viewer
         f = self.fields
@@ -182,9 +179,13 @@ class RequestLogFilterForm(forms.Form):
             error_messages={"invalid_choice": "Order is “newest” or “oldest”."},
         )
         f["cursor"] = forms.CharField(required=False, max_length=200)
-        if not for_api:
+        if page_controls:
             f["request_id"] = forms.CharField(required=False, max_length=64)
-            f["follow"] = forms.ChoiceField(required=False, choices=[("", ""), ("1", "1"), ("0", "0")])
+            f["follow"] = forms.ChoiceField(
+                required=False,
+                choices=[("", ""), ("1", "1"), ("0", "0")],
+                error_messages={"invalid_choice": "Follow is 1 (on) or 0 (off)."},
+            )
             f["since"] = forms.CharField(required=False, max_length=200)
 
     def _visible_id(self, name: str, noun: str) -> int | None:

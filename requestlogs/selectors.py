@@ -195,10 +195,6 @@ class LogPage:
     next_cursor: Cursor | None  # None: this is the last page
     prev_cursor: Cursor | None  # None: this is the first page
 
-    @property
-    def is_first(self) -> bool:
-        return self.prev_cursor is None
-
 
 def _ordered(qs: QuerySet[RequestLog], *, descending: bool) -> QuerySet[RequestLog]:
     return qs.order_by("-created_at", "-id") if descending else qs.order_by("created_at", "id")
@@ -312,6 +308,38 @@ def request_log_batches(
         cursor, size = page.next_cursor, batch_size
 
 
+# ---------- Attempts ----------
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One upstream call of a request, as the gateway recorded it (odd values read as unknown)."""
+
+    provider: str
+    model: str
+    status: int | None  # the upstream's HTTP status, None when it never answered
+    error: str  # timeout, connection_error, cancelled, …; "" when it answered
+    duration_ms: float | None
+
+
+def log_attempts(log: RequestLog) -> list[Attempt]:
+    """The attempts in call order; the last one is the answer the client got."""
+    out = []
+    for item in log.attempts if isinstance(log.attempts, list) else []:
+        item = item if isinstance(item, dict) else {}
+        status, duration = item.get("status"), item.get("duration_ms")
+        out.append(
+            Attempt(
+                provider=str(item.get("provider") or ""),
+                model=str(item.get("model") or ""),
+                status=status if isinstance(status, int) and not isinstance(status, bool) else None,
+                error=str(item.get("error") or ""),
+                duration_ms=float(duration) if isinstance(duration, int | float) else None,
+            )
+        )
+    return out
+
+
 # ---------- Names behind the ids ----------
 
 
@@ -373,7 +401,7 @@ def request_log_labels(rows: list[RequestLog], *, full: bool = True) -> Labels:
 def request_log_scope_visible(*, viewer: Viewer, kind: str, pk: int) -> bool:
     """Whether a key, team or application id may be used as a filter by this viewer (one indexed lookup)."""
     if kind == "key":
-        return ApiKey.objects.filter(pk=pk).exists() and (viewer.sees_all or pk in viewer.key_ids)
+        return (viewer.sees_all or pk in viewer.key_ids) and ApiKey.objects.filter(pk=pk).exists()
     model = {"team": Team, "application": Application}[kind]
     qs = model.objects.filter(pk=pk)
     if not viewer.sees_all:

@@ -1,7 +1,7 @@
 """Request Logs page: filters in the URL, keyset pages, live tail, the detail drawer and the CSV export.
 
-HTMX regions (element id = partial name): `log-page` (filters + table, swapped when a filter changes),
-`log-table` (swapped by the pager and by the follow poll), `log-drawer-body` (the detail drawer).
+HTMX regions (element id = partial name): `log-page` (filters + table, swapped when a filter changes and by
+the pager), `log-table` (swapped by the follow poll), `log-drawer-body` (the detail drawer).
 """
 
 from __future__ import annotations
@@ -29,10 +29,8 @@ from controlplane.permissions import role_required
 from controlplane.roles import Role, has_role
 from health.selectors import circuit_anchor
 from requestlogs.forms import (
-    CHAIN_STEP_CHOICES,
     DEFAULT_RANGE,
     NOT_VISIBLE,
-    PAGE_SIZES,
     RANGES,
     REQUEST_ID,
     LogParams,
@@ -42,12 +40,14 @@ from requestlogs.forms import (
 )
 from requestlogs.models import RequestLog
 from requestlogs.selectors import (
+    Attempt,
     CappedCount,
     FilterOptions,
     KeyLabel,
     Labels,
     LogPage,
     Viewer,
+    log_attempts,
     mark_encode,
     request_log_any,
     request_log_batches,
@@ -128,39 +128,27 @@ def _rows(page: LogPage, labels: Labels, *, since_id: int | None) -> list[LogRow
 @dataclass(frozen=True)
 class AttemptRow:
     number: int
-    provider: str
-    model: str
-    status: int | None
-    error: str
-    duration_ms: float | None
+    attempt: Attempt
     outcome_css: str
     returned: bool  # the attempt whose answer went to the client (the last one)
     served: bool  # returned, and a success
 
 
-def _attempts(log: RequestLog) -> list[AttemptRow]:
-    raw = log.attempts if isinstance(log.attempts, list) else []
-    out = []
-    for i, item in enumerate(raw, start=1):
-        item = item if isinstance(item, dict) else {}
-        status = item.get("status") if isinstance(item.get("status"), int) else None
-        error = str(item.get("error") or "")
-        returned = i == len(raw)
-        duration = item.get("duration_ms")
-        out.append(
+def _attempt_rows(attempts: list[Attempt]) -> list[AttemptRow]:
+    rows = []
+    for number, attempt in enumerate(attempts, start=1):
+        returned = number == len(attempts)
+        status = attempt.status
+        rows.append(
             AttemptRow(
-                number=i,
-                provider=str(item.get("provider") or ""),
-                model=str(item.get("model") or ""),
-                status=status,
-                error=error,
-                duration_ms=float(duration) if isinstance(duration, int | float) else None,
+                number=number,
+                attempt=attempt,
                 outcome_css=_status_css(status) if status is not None else "server",
                 returned=returned,
                 served=returned and status is not None and 200 <= status < 300,
             )
         )
-    return out
+    return rows
 
 
 @dataclass(frozen=True)
@@ -172,7 +160,7 @@ class LogDetail:
     application: str
     agent: str
     status_css: str
-    status_class: str
+    fallback_badge: str
     chain_name: str
     chain_url: str  # "" when the viewer may not edit chains or the chain is gone
     attempts: list[AttemptRow]
@@ -210,7 +198,6 @@ def _detail(log: RequestLog, labels: Labels, *, is_admin: bool) -> LogDetail:
             circuit_health_url = (
                 reverse("health:index") + "#circuit-row-" + circuit_anchor(log.served_provider, log.served_model)
             )
-    status_class = status_class_of(log.status)
     return LogDetail(
         log=log,
         key=labels.keys.get(log.key_id) if log.key_id is not None else None,
@@ -219,10 +206,10 @@ def _detail(log: RequestLog, labels: Labels, *, is_admin: bool) -> LogDetail:
         application=_named(labels.applications, log.application_id, "application"),
         agent=_named(labels.agents, log.agent_id, "agent"),
         status_css=_status_css(log.status),
-        status_class=str(status_class) if status_class else "",
+        fallback_badge=fallback_badge(log),
         chain_name=chain_name,
         chain_url=chain_url,
-        attempts=_attempts(log),
+        attempts=_attempt_rows(log_attempts(log)),
         circuit_logs_url=circuit_logs_url,
         circuit_health_url=circuit_health_url,
     )
@@ -269,8 +256,6 @@ def _list_context(
         "options": options,
         "list_url": list_url,
         "ranges": [(k, label) for k, (label, _) in RANGES.items()],
-        "chain_steps": CHAIN_STEP_CHOICES,
-        "page_sizes": PAGE_SIZES,
         "follow_seconds": FOLLOW_SECONDS,
         "updated_at": timezone.now(),
         "viewer": viewer,
@@ -335,8 +320,6 @@ def _list_context(
             "first_query": params.list_query(follow=None),
             "order_query": params.list_query(order=None if not params.newest_first else "oldest", follow=None),
             "poll_query": params.list_query(since=mark_encode(newest_shown)),
-            "export_query": params.list_query(follow=None),
-            "default_range": DEFAULT_RANGE,
         }
     )
     return context, None
@@ -451,7 +434,7 @@ def _csv_row(log: RequestLog, keys: dict[int, KeyLabel]) -> list[Any]:
     key = keys.get(log.key_id) if log.key_id is not None else None
     attempts = "; ".join(
         f"{a.provider}/{a.model} {a.status if a.status is not None else a.error} {a.duration_ms or 0:.0f}ms"
-        for a in _attempts(log)
+        for a in log_attempts(log)
     )
     values = {
         "key_name": key.name if key else "",
@@ -491,12 +474,13 @@ async def _csv_chunks_async(viewer: Viewer, params: LogParams) -> AsyncIterator[
 @role_required(*READERS)
 def request_log_export_view(request: HtmxRequest) -> HttpResponse:
     viewer = _viewer(request)
-    form = RequestLogFilterForm(request.GET, viewer=viewer)
+    form = RequestLogFilterForm(request.GET, viewer=viewer, page_controls=False)
     if not form.is_valid():
         lines = "\n".join(f"{label}: {message}" for label, message in form.error_list())
         return HttpResponse(f"The filters are not valid:\n{lines}\n", status=400, content_type="text/plain")
-    params = form.params(now=timezone.now())
-    stamp = timezone.now().strftime("%Y%m%dT%H%MZ")
+    now = timezone.now()
+    params = form.params(now=now)
+    stamp = now.strftime("%Y%m%dT%H%MZ")
     content = _csv_chunks_async(viewer, params) if isinstance(request, ASGIRequest) else _csv_chunks(viewer, params)
     response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")
     # The cap is in the file name: a reader of the file knows it may stop there.

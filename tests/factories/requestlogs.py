@@ -40,3 +40,22 @@ def insert_logs(*records: dict[str, Any]) -> list[RequestLog]:
     request_logs_insert(records=list(records))
     rows = {r.request_id: r for r in RequestLog.objects.filter(request_id__in=[r["request_id"] for r in records])}
     return [rows[r["request_id"]] for r in records]
+
+
+def fallback(
+    *,
+    step: int = 1,
+    served_provider: str = "backup",
+    served_model: str = "claude",
+    from_provider: str = "openai",
+    original_model: str = "gpt-4o",
+) -> dict[str, Any]:
+    """The fields of a request the chain's `step`-th entry served after the primary's circuit opened."""
+    return {
+        "served_provider": served_provider,
+        "served_model": served_model,
+        "fallback_triggered": True,
+        "chain_step": step,
+        "fallback_from_provider": from_provider,
+        "fallback_original_model": original_model,
+    }

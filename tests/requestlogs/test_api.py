@@ -8,7 +8,7 @@ from django.test import Client
 
 from catalog.services import console_token_create
 from tests.conftest import _make_user
-from tests.factories.requestlogs import insert_logs, log_record
+from tests.factories.requestlogs import fallback, insert_logs, log_record
 
 pytestmark = pytest.mark.django_db
 
@@ -72,12 +72,7 @@ def test_detail_body(catalog, admin_client):
     log = insert_logs(
         log_record(
             key=catalog.ursula_key,
-            served_provider="backup",
-            served_model="claude",
-            fallback_triggered=True,
-            chain_step=1,
-            fallback_from_provider="openai",
-            fallback_original_model="gpt-4o",
+            **fallback(step=1),
             status=200,
             cost_usd=0.0005,
             attempts=[

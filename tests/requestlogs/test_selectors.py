@@ -8,11 +8,13 @@ import pytest
 
 from controlplane.errors import ValidationFailed
 from requestlogs.selectors import (
+    Attempt,
     Cursor,
     Direction,
     LogFilter,
     StatusClass,
     Viewer,
+    log_attempts,
     mark_decode,
     mark_encode,
     request_log_batches,
@@ -22,7 +24,7 @@ from requestlogs.selectors import (
     viewer_for,
 )
 from requestlogs.tokens import seal
-from tests.factories.requestlogs import insert_logs, log_record
+from tests.factories.requestlogs import fallback, insert_logs, log_record
 
 pytestmark = pytest.mark.django_db
 
@@ -227,21 +229,9 @@ def test_time_range_includes_since_and_excludes_until(catalog):
 
 def test_filters_combine(catalog):
     rows = insert_logs(
-        log_record(
-            key=catalog.ursula_key,
-            served_provider="backup",
-            served_model="claude",
-            fallback_triggered=True,
-            chain_step=1,
-        ),
+        log_record(key=catalog.ursula_key, **fallback()),
         log_record(key=catalog.ursula_key, served_provider="backup", served_model="claude"),
-        log_record(
-            key=catalog.oscar_key,
-            served_provider="backup",
-            served_model="claude",
-            fallback_triggered=True,
-            chain_step=1,
-        ),
+        log_record(key=catalog.oscar_key, **fallback()),
     )
 
     page = request_log_page(
@@ -313,3 +303,24 @@ def test_batches_stop_at_the_limit_in_display_order(catalog):
 
     assert [ids(b) for b in batches] == [ids(rows[0:1]), ids(rows[1:4]), ids(rows[4:6])]
     assert batches[0][0].attempts == rows[0].attempts
+
+
+def test_attempts_read_odd_values_as_unknown(catalog):
+    log = insert_logs(
+        log_record(
+            key=catalog.alice_key,
+            attempts=[
+                {"provider": "openai", "model": "gpt-4o", "status": 503, "error": None, "duration_ms": 12},
+                {"provider": "backup", "status": "200", "error": "timeout", "duration_ms": "fast"},
+                {"provider": "backup", "model": "claude", "status": True},
+                "not an attempt",
+            ],
+        )
+    )[0]
+
+    assert log_attempts(log) == [
+        Attempt(provider="openai", model="gpt-4o", status=503, error="", duration_ms=12.0),
+        Attempt(provider="backup", model="", status=None, error="timeout", duration_ms=None),
+        Attempt(provider="backup", model="claude", status=None, error="", duration_ms=None),
+        Attempt(provider="", model="", status=None, error="", duration_ms=None),
+    ]

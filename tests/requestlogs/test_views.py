@@ -20,7 +20,7 @@ from requestlogs import views as log_views
 from requestlogs.selectors import mark_decode
 from requestlogs.templatetags.requestlog_tags import utc_full
 from tests.conftest import PASSWORD, _make_user
-from tests.factories.requestlogs import insert_logs, log_record
+from tests.factories.requestlogs import fallback, insert_logs, log_record
 
 pytestmark = pytest.mark.django_db
 
@@ -154,16 +154,7 @@ def varied(catalog):
     return {
         "plain": log_record(key=key, at=NOW - 10),
         "alias": log_record(key=key, at=NOW - 11, requested_model="default"),
-        "fallback": log_record(
-            key=key,
-            at=NOW - 12,
-            served_provider="backup",
-            served_model="claude",
-            fallback_triggered=True,
-            chain_step=2,
-            fallback_from_provider="openai",
-            fallback_original_model="gpt-4o",
-        ),
+        "fallback": log_record(key=key, at=NOW - 12, **fallback(step=2)),
         "error": log_record(key=key, at=NOW - 13, status=503, error_kind="upstream_error"),
         "client_error": log_record(key=key, at=NOW - 14, status=404),
         "gone": log_record(key=key, at=NOW - 15, status=499),
@@ -489,13 +480,8 @@ def fell_back(catalog):
             key=catalog.ursula_key,
             requested_model="default",
             routed_model="gpt-4o",
-            served_provider="backup",
-            served_model="mistral",
+            **fallback(step=2, served_model="mistral"),
             chain_id=chain.pk,
-            chain_step=2,
-            fallback_triggered=True,
-            fallback_from_provider="openai",
-            fallback_original_model="gpt-4o",
             status=200,
             stream=True,
             latency_ms=2345.6,
