@@ -9,7 +9,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /app
 COPY requirements.txt .
-RUN pip install -r requirements.txt gunicorn==23.0.0
+RUN pip install -r requirements.txt
 
 COPY . .
 RUN groupadd --system app && useradd --system --gid app --home /app app \

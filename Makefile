@@ -14,7 +14,7 @@ TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/controlplane
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 export TEST_REDIS_URL
 
-.PHONY: help venv run test test-pg test-sqlite lint bench bench-logs clean
+.PHONY: help venv run test test-pg test-sqlite lint bench bench-logs bench-hostile clean
 
 help:
 	@echo "make run   - start the console on http://$(HOST):$(PORT) (embedded mode, SQLite, demo data)"
@@ -22,6 +22,7 @@ help:
 	@echo "make lint  - ruff"
 	@echo "make bench - breaker and gateway benchmarks (wrk, Redis)"
 	@echo "make bench-logs - Request Logs on 2,000,000 rows, ingest rate, freshness (PostgreSQL, Redis)"
+	@echo "make bench-hostile - 50 concurrent maximal and hostile bodies: worker memory, /healthz latency (Redis)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "python3.12 not found: install Python 3.12 and retry" >&2; exit 1; }
@@ -59,6 +60,10 @@ bench: venv
 bench-logs: venv
 	$(PY) bench/request_logs.py
 	$(PY) bench/request_log_freshness.py
+
+# Maximal and hostile request bodies against one gateway worker; figures go in the README's Reliability section.
+bench-hostile: venv
+	$(PY) bench/hostile_bodies.py
 
 lint: venv
 	$(VENV)/bin/ruff check .

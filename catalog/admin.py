@@ -10,9 +10,12 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.utils.cache import add_never_cache_headers
 
 from catalog.enums import Capability
 from catalog.models import Agent, ApiKey, Application, ConsoleToken, LlmModel, Provider, Team
+from catalog.selectors import api_keys_usable_count
 from catalog.services import (
     AgentInput,
     ApplicationInput,
@@ -25,6 +28,7 @@ from catalog.services import (
     agent_validate,
     api_key_create,
     api_key_revoke,
+    api_key_validate,
     application_create,
     application_delete,
     application_update,
@@ -43,7 +47,9 @@ from catalog.services import (
     team_update,
     team_validate,
     user_delete,
+    user_set_active,
 )
+from controlplane.configbus import config_publish
 from controlplane.errors import ApplicationError, ValidationFailed
 
 
@@ -306,9 +312,31 @@ class AgentAdmin(ServiceAdmin):
 # --- gateway keys and users --------------------------------------------------------------------
 
 
+def keys_phrase(count: int, verb: str) -> str:
+    """ "3 gateway keys stop working", "1 gateway key stops working"."""
+    noun = "gateway key" if count == 1 else "gateway keys"
+    return f"{count} {noun} {verb + 's' if count == 1 else verb}"
+
+
+class ApiKeyForm(ServiceForm):
+    class Meta:
+        model = ApiKey
+        fields = ["name", "user", "team", "application", "agent"]
+
+    def service_input(self) -> dict[str, Any]:
+        return {"name": self.cleaned_data.get("name", ""), "user": self.cleaned_data.get("user")}
+
+    def service_validate(self, data: dict[str, Any]) -> None:
+        if self.current is None:  # an issued key's fields are read-only: only adding validates
+            api_key_validate(**data)
+
+
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
-    """Keys are issued through the service: the secret is shown once, only its hash is stored."""
+class ApiKeyAdmin(ServiceAdmin):
+    """Keys are issued through the service: the secret is shown once, on the response page of the add form, and
+    never put in a message, a cookie or the session (Django's messages travel in a signed, readable cookie)."""
+
+    form = ApiKeyForm
 
     list_display = ["name", "prefix", "user", "team", "application", "agent", "created_at", "revoked_at"]
     list_filter = ["revoked_at"]
@@ -332,9 +360,24 @@ class ApiKeyAdmin(admin.ModelAdmin):
         )
         obj.pk = created.key.pk
         obj.prefix = created.key.prefix
-        self.message_user(
-            request, f"Key created. Copy it now, it will not be shown again: {created.secret}", messages.WARNING
-        )
+        # Read by response_add in this same request only; never stored anywhere.
+        request._issued_key_secret = created.secret  # type: ignore[attr-defined]
+
+    def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None) -> HttpResponse:
+        secret = getattr(request, "_issued_key_secret", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "Gateway key issued",
+            "key": obj,
+            "secret": secret,
+        }
+        response = TemplateResponse(request, "admin/catalog/apikey/issued.html", context)
+        # The page holds the only copy of the secret: no browser or proxy may keep it.
+        add_never_cache_headers(response)
+        return response
 
     def has_delete_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
         return False  # revoke instead, so request logs keep their key
@@ -391,7 +434,28 @@ class UserAdmin(ServiceAdmin, DjangoUserAdmin):
 
     Saves are audited in the transaction of the save: "user.create", and "user.update" with the changed fields
     among username, is_active, is_staff, is_superuser and groups; a new password is recorded only as
-    "(changed)"."""
+    "(changed)".
+
+    Deactivating a user stops their gateway keys (the gateway reloads after the commit) and reactivating restores
+    them; the change form and the messages say how many keys that is."""
+
+    actions = ["deactivate_users", "activate_users"]
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change=change, **kwargs)
+        field = form.base_fields.get("is_active")
+        if obj is not None and field is not None:
+            # get_form builds a new form class, with new model fields, on every call: this changes no other form.
+            count = api_keys_usable_count(users=[obj])
+            if obj.is_active:
+                field.help_text = (
+                    f"Unticking this signs the user out and {keys_phrase(count, 'stop')} working within a second. "
+                    "Ticking it again restores them; revoke a key to stop it for good."
+                )
+            else:
+                refused = "1 gateway key is" if count == 1 else f"{count} gateway keys are"
+                field.help_text = f"This user is inactive: their {refused} refused. Ticking this restores them."
+        return form
 
     @staticmethod
     def _audited_fields(user: Any) -> dict[str, Any]:
@@ -422,6 +486,15 @@ class UserAdmin(ServiceAdmin, DjangoUserAdmin):
             before, after = diff_fields(form.audit_before, after)
             if not after:
                 return
+            if "is_active" in after:
+                # The gateway's snapshot leaves out an inactive user's keys: rebuild it once this save commits.
+                transaction.on_commit(config_publish)
+                count = api_keys_usable_count(users=[user])
+                if after["is_active"]:
+                    what = f"{user.get_username()} is active again: {keys_phrase(count, 'work')} again."
+                else:
+                    what = f"{user.get_username()} is deactivated: {keys_phrase(count, 'stop')} working."
+                self.message_user(request, what, messages.WARNING if count else messages.INFO)
         audit_record(
             actor=request.user,
             action="user.update" if change else "user.create",
@@ -457,3 +530,26 @@ class UserAdmin(ServiceAdmin, DjangoUserAdmin):
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         user_delete(actor=request.user, user=obj)
+
+    def _set_active(self, request: HttpRequest, queryset: Any, *, active: bool) -> None:
+        changed = keys = 0
+        for user in queryset.filter(is_active=not active):
+            keys += user_set_active(actor=request.user, user=user, active=active)
+            changed += 1
+        users = "1 user" if changed == 1 else f"{changed} users"
+        if active:
+            self.message_user(request, f"Activated {users}: {keys_phrase(keys, 'work')} again.")
+        else:
+            self.message_user(
+                request,
+                f"Deactivated {users}: {keys_phrase(keys, 'stop')} working.",
+                messages.WARNING if keys else messages.INFO,
+            )
+
+    @admin.action(description="Deactivate selected users (their gateway keys stop working)", permissions=["change"])
+    def deactivate_users(self, request: HttpRequest, queryset: Any) -> None:
+        self._set_active(request, queryset, active=False)
+
+    @admin.action(description="Activate selected users", permissions=["change"])
+    def activate_users(self, request: HttpRequest, queryset: Any) -> None:
+        self._set_active(request, queryset, active=True)

@@ -4,6 +4,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.shortcuts import get_object_or_404
+from django.utils.cache import add_never_cache_headers
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
@@ -604,7 +605,9 @@ class ApiKeyCreateApi(APIView):
         created = api_key_issue(actor=request.user, data=ApiKeyInput(**data), username=username)
         key = get_object_or_404(api_key_list(), pk=created.key.pk)
         key.secret = created.secret  # type: ignore[attr-defined]
-        return Response(ApiKeyCreateApi.OutputSerializer(key).data, status=status.HTTP_201_CREATED)
+        response = Response(ApiKeyCreateApi.OutputSerializer(key).data, status=status.HTTP_201_CREATED)
+        add_never_cache_headers(response)  # the only copy of the secret: no cache may keep it
+        return response
 
 
 class ApiKeyUpdateApi(APIView):

@@ -3,24 +3,11 @@ from typing import Any
 
 from django.db import models
 
-from controlplane.crypto import decrypt, encrypt
+from controlplane.crypto import ROTATION_FIX, Undecryptable, decrypt, encrypt
+
+__all__ = ["EncryptedTextField", "Undecryptable"]
 
 log = logging.getLogger(__name__)
-
-
-class Undecryptable(str):
-    """A stored secret the configured keys cannot decrypt (wrong or rotated-away key).
-
-    Reads as "" so nothing leaks or crashes; saving it back keeps the original ciphertext,
-    so a later fix of FIELD_ENCRYPTION_KEYS recovers it.
-    """
-
-    ciphertext: str
-
-    def __new__(cls, ciphertext: str) -> "Undecryptable":
-        obj = super().__new__(cls, "")
-        obj.ciphertext = ciphertext
-        return obj
 
 
 class EncryptedTextField(models.TextField):
@@ -32,7 +19,7 @@ class EncryptedTextField(models.TextField):
         try:
             return decrypt(value)
         except ValueError:
-            log.error("A stored %s cannot be decrypted with the configured keys", self.name)
+            log.error("A stored %s cannot be decrypted with the configured keys. %s", self.name, ROTATION_FIX)
             return Undecryptable(value)
 
     def get_prep_value(self, value: Any) -> Any:

@@ -9,6 +9,7 @@ from django.db import models
 
 from catalog.enums import Capability, Protocol, ScopeType
 from catalog.fields import EncryptedTextField
+from controlplane.validators import validate_name
 
 # One DNS label. Single-label hosts (docker-compose or Kubernetes service names such as "ollama")
 # are fine; underscores too, since docker-compose service names may use them.
@@ -71,7 +72,7 @@ def validate_base_url(value: str) -> None:
 
 class Provider(models.Model):
     # No "/": circuits are keyed "provider/model".
-    name = models.CharField(max_length=64, unique=True)
+    name = models.CharField(max_length=64, unique=True, validators=[validate_name])
     protocol = models.CharField(max_length=16, choices=Protocol.choices, default=Protocol.OPENAI)
     base_url = models.CharField(max_length=500, validators=[validate_base_url])
     # Encrypted at rest; never rendered back (write-only in admin and API).
@@ -91,7 +92,7 @@ class Provider(models.Model):
 class LlmModel(models.Model):
     """A model in the catalog. Names are unique; `provider` is the one that serves it by default."""
 
-    name = models.CharField(max_length=128, unique=True)
+    name = models.CharField(max_length=128, unique=True, validators=[validate_name])
     provider = models.ForeignKey(Provider, on_delete=models.PROTECT, related_name="models")
     capabilities = models.JSONField(default=list, blank=True, help_text="Subset of: " + ", ".join(Capability.values))
     input_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, default=0)
@@ -115,7 +116,7 @@ class LlmModel(models.Model):
 
 
 class Team(models.Model):
-    name = models.CharField(max_length=128, unique=True)
+    name = models.CharField(max_length=128, unique=True, validators=[validate_name])
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -126,7 +127,7 @@ class Team(models.Model):
 
 
 class Application(models.Model):
-    name = models.CharField(max_length=128, unique=True)
+    name = models.CharField(max_length=128, unique=True, validators=[validate_name])
     team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="applications")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -138,7 +139,7 @@ class Application(models.Model):
 
 
 class Agent(models.Model):
-    name = models.CharField(max_length=128, unique=True)
+    name = models.CharField(max_length=128, unique=True, validators=[validate_name])
     application = models.ForeignKey(
         Application, null=True, blank=True, on_delete=models.SET_NULL, related_name="agents"
     )
@@ -154,7 +155,7 @@ class Agent(models.Model):
 class ApiKey(models.Model):
     """A gateway key. Only a SHA-256 of the secret is stored; the prefix identifies it in lists."""
 
-    name = models.CharField(max_length=128)
+    name = models.CharField(max_length=128, validators=[validate_name])
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     # The secret has 256 bits of entropy, so a fast hash is safe and keeps gateway lookups O(1).
     hashed_secret = models.CharField(max_length=64, unique=True, editable=False)
@@ -183,7 +184,7 @@ class ConsoleToken(models.Model):
     """A REST API token for scripts. Like ApiKey, only a SHA-256 of the secret is stored."""
 
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="console_tokens")
-    name = models.CharField(max_length=128)
+    name = models.CharField(max_length=128, validators=[validate_name])
     # Unique: `manage.py revoke_api_token PREFIX` looks a token up by it.
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     # Unique: every authenticated API request looks its token up by this hash.

@@ -1,5 +1,7 @@
 """Reads of catalog objects."""
 
+from collections.abc import Iterable
+
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
@@ -58,6 +60,11 @@ def scope_references(*, scope_type: str, scope_id: int) -> dict[str, list[str]]:
 def api_keys_of_user(*, user: AbstractBaseUser) -> list[str]:
     """Every gateway key the user owns, revoked ones included, as "name (prefix…)"."""
     return [str(key) for key in ApiKey.objects.filter(user=user).order_by("created_at", "id")]
+
+
+def api_keys_usable_count(*, users: Iterable[AbstractBaseUser]) -> int:
+    """How many unrevoked gateway keys these users own: the keys that stop while their owners are inactive."""
+    return ApiKey.objects.filter(user__in=list(users), revoked_at=None).count()
 
 
 def user_by_username(*, username: str) -> AbstractBaseUser | None:

@@ -15,10 +15,21 @@ from audit.services import audit_changes, audit_record
 from catalog.enums import Capability, Protocol, ScopeType
 from catalog.keys import key_generate, key_hash
 from catalog.models import Agent, ApiKey, Application, ConsoleToken, LlmModel, Provider, Team, base_url_problem
-from catalog.selectors import api_keys_of_user, models_of_provider, scope_references, user_by_username
+from catalog.selectors import (
+    api_keys_of_user,
+    api_keys_usable_count,
+    models_of_provider,
+    scope_references,
+    user_by_username,
+)
 from chains.selectors import chains_referencing_model, chains_referencing_provider
 from controlplane.configbus import config_publish
 from controlplane.errors import ConflictError, ValidationFailed
+from controlplane.validators import (
+    CONTROL_CHARACTERS_MESSAGE,
+    SECRET_CONTROL_CHARACTERS_MESSAGE,
+    has_control_characters,
+)
 from routing.models import Alias
 from routing.selectors import (
     aliases_referencing_model,
@@ -53,10 +64,12 @@ def name_checked(
     taken: models.QuerySet[Any],
     field_name: str = "name",
 ) -> str:
-    """Strip a name and check it is present, short enough and not used by another row of `taken`."""
+    """Strip a name and check it is present, printable, short enough and not used by another row of `taken`."""
     name = (value or "").strip()
     if not name:
         errors.setdefault(field_name, []).append(f"{label} name is required and cannot be only whitespace.")
+    elif has_control_characters(name):
+        errors.setdefault(field_name, []).append(CONTROL_CHARACTERS_MESSAGE)
     elif len(name) > max_length:
         errors.setdefault(field_name, []).append(f"{label} name is at most {max_length} characters.")
     elif taken.filter(name=name).exists():
@@ -152,8 +165,11 @@ def _provider_snapshot(provider: Provider) -> dict[str, Any]:
     }
 
 
-def _provider_validate(data: ProviderInput, *, exclude_pk: int | None) -> dict[str, Any]:
+def _provider_validate(data: ProviderInput, *, exclude_pk: int | None, api_key: str | None = None) -> dict[str, Any]:
     errors: Errors = {}
+    if api_key and has_control_characters(api_key.strip()):
+        # It is sent in the Authorization header of every upstream call.
+        errors.setdefault("api_key", []).append(SECRET_CONTROL_CHARACTERS_MESSAGE)
     taken = Provider.objects.exclude(pk=exclude_pk) if exclude_pk else Provider.objects.all()
     name = name_checked(errors, data.name, label="Provider", max_length=64, taken=taken)
     if "/" in name:
@@ -190,7 +206,7 @@ def provider_validate(*, data: ProviderInput, provider: Provider | None = None) 
 @transaction.atomic
 def provider_create(*, actor: Any, data: ProviderInput, api_key: str = "") -> Provider:
     """Create a provider; its API key is stored encrypted and never returned."""
-    fields = _provider_validate(data, exclude_pk=None)
+    fields = _provider_validate(data, exclude_pk=None, api_key=api_key)
     provider = Provider(**fields, api_key=(api_key or "").strip())
     _save(provider, label="Provider")
     audit_record(
@@ -208,7 +224,7 @@ def provider_create(*, actor: Any, data: ProviderInput, api_key: str = "") -> Pr
 @transaction.atomic
 def provider_update(*, actor: Any, provider: Provider, data: ProviderInput, api_key: str | None = None) -> Provider:
     """Replace a provider's fields; `api_key=None` keeps the stored key, "" clears it."""
-    fields = _provider_validate(data, exclude_pk=provider.pk)
+    fields = _provider_validate(data, exclude_pk=provider.pk, api_key=api_key)
     before = _provider_snapshot(provider)
     key_replaced = api_key is not None and bool(provider.api_key) and bool(api_key.strip())
     for name, value in fields.items():
@@ -639,6 +655,31 @@ def user_delete(*, actor: Any, user: Any) -> None:
     )
 
 
+@transaction.atomic
+def user_set_active(*, actor: Any, user: Any, active: bool) -> int:
+    """Activate or deactivate a user, audited; returns how many of their gateway keys this stops (or restores).
+
+    The gateway refuses the keys of an inactive user (the config reload follows the commit); the keys are not
+    revoked, so reactivating the user makes them work again. Setting the state the user already has changes,
+    audits and publishes nothing, and returns 0.
+    """
+    updated = type(user)._default_manager.filter(pk=user.pk, is_active=not active).update(is_active=active)
+    user.is_active = active
+    if not updated:
+        return 0
+    audit_record(
+        actor=actor,
+        action="user.update",
+        object_type="user",
+        object_id=user.pk,
+        object_repr=user.get_username(),
+        before={"is_active": not active},
+        after={"is_active": active},
+    )
+    transaction.on_commit(config_publish)
+    return api_keys_usable_count(users=[user])
+
+
 # --- gateway API keys -------------------------------------------------------------------------
 
 
@@ -673,9 +714,29 @@ def _api_key_name_checked(errors: Errors, value: str | None) -> str:
     name = (value or "").strip()
     if not name:
         errors.setdefault("name", []).append("Key name is required and cannot be only whitespace.")
+    elif has_control_characters(name):
+        errors.setdefault("name", []).append(CONTROL_CHARACTERS_MESSAGE)
     elif len(name) > 128:
         errors.setdefault("name", []).append("Key name is at most 128 characters.")
     return name
+
+
+def _api_key_owner_checked(errors: Errors, user: Any) -> None:
+    if user is None:
+        errors.setdefault("user", []).append("A key needs an owner.")
+    elif not user.is_active:
+        # The gateway refuses an inactive user's keys; a key issued now would look valid and never work.
+        errors.setdefault("user", []).append(
+            f"User “{user.get_username()}” is deactivated: their keys do not work. Reactivate the user first."
+        )
+
+
+def api_key_validate(*, name: str, user: Any) -> None:
+    """Raise ValidationFailed as api_key_create would for this name and owner; writes nothing."""
+    errors: Errors = {}
+    _api_key_name_checked(errors, name)
+    _api_key_owner_checked(errors, user)
+    raise_if_errors(errors)
 
 
 def _api_key_fields(errors: Errors, data: ApiKeyInput) -> dict[str, Any]:
@@ -702,9 +763,10 @@ def api_key_create(
     application: Application | None = None,
     agent: Agent | None = None,
 ) -> CreatedKey:
-    """Issue a gateway key; only its hash is stored, the secret is returned once."""
+    """Issue a gateway key to an active user; only its hash is stored, the secret is returned once."""
     errors: Errors = {}
     name = _api_key_name_checked(errors, name)
+    _api_key_owner_checked(errors, user)
     raise_if_errors(errors)
     secret, prefix, hashed = key_generate()
     key = ApiKey.objects.create(
@@ -732,6 +794,8 @@ def api_key_issue(*, actor: Any, data: ApiKeyInput, username: str | None = None)
         user = user_by_username(username=wanted)
         if user is None:
             errors["user"] = [f"Unknown user “{wanted}”."]
+    if user is not None:
+        _api_key_owner_checked(errors, user)
     fields = _api_key_fields(errors, data)
     raise_if_errors(errors)
     return api_key_create(actor=actor, user=user, **fields)
@@ -788,6 +852,8 @@ def console_token_create(*, actor: Any, user: Any, name: str) -> tuple[ConsoleTo
     name = (name or "").strip()
     if not name:
         errors["name"] = ["Token name is required and cannot be only whitespace."]
+    elif has_control_characters(name):
+        errors["name"] = [CONTROL_CHARACTERS_MESSAGE]
     elif len(name) > 128:
         errors["name"] = ["Token name is at most 128 characters."]
     raise_if_errors(errors)

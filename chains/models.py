@@ -4,12 +4,13 @@ from django.db.models import Q
 
 from catalog.enums import ScopeType
 from catalog.models import LlmModel, Provider, Scoped
+from controlplane.validators import validate_name
 
 MAX_ENTRIES = 10
 
 
 class FallbackChain(Scoped):
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=200, validators=[validate_name])
     source_model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="chains")
     enabled = models.BooleanField(default=True)
     # Optimistic locking: every save must name the version it edited.

@@ -15,6 +15,7 @@ from chains.models import MAX_ENTRIES, ChainEntry, FallbackChain
 from chains.selectors import chain_get, chain_snapshot
 from controlplane.configbus import config_publish
 from controlplane.errors import ConflictError, ValidationFailed
+from controlplane.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
 
 NAME_MAX = 200
 
@@ -54,6 +55,8 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
     name = (data.name or "").strip()
     if not name:
         err("name", "Name is required and cannot be only whitespace.")
+    elif has_control_characters(name):
+        err("name", CONTROL_CHARACTERS_MESSAGE)
     elif len(name) > NAME_MAX:
         err("name", f"Name is at most {NAME_MAX} characters.")
 

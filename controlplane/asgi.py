@@ -16,7 +16,7 @@ django_app = get_asgi_application()
 
 from django.conf import settings  # noqa: E402
 
-GATEWAY_PATHS = ("/v1/", "/healthz", "/readyz")
+GATEWAY_PATHS = ("/v1/", "/healthz", "/readyz", "/metrics")
 
 
 class EmbeddedRouter:
@@ -38,10 +38,19 @@ class EmbeddedRouter:
 def _application() -> Any:
     if settings.EMBEDDED and getattr(settings, "EMBEDDED_GATEWAY", True):
         from gateway.app import GatewayApp
+        from gateway.bodies import BodyLimits
         from gateway.config import ConfigHolder
         from gateway.logsink import LogSink
 
-        gateway = GatewayApp(config=ConfigHolder(), sink=LogSink())
+        gateway = GatewayApp(
+            config=ConfigHolder(),
+            sink=LogSink(spill_dir=settings.REQUEST_LOG_SPILL_DIR),
+            # The same request limits as run_gateway's workers.
+            max_body=settings.GATEWAY_MAX_BODY_BYTES,
+            deadline_seconds=settings.GATEWAY_DEADLINE_SECONDS,
+            limits=BodyLimits.from_settings(settings),
+            body_buffer=settings.GATEWAY_BODY_BUFFER_BYTES,
+        )
         return EmbeddedRouter(django_app, gateway)
     return django_app
 

@@ -4,7 +4,8 @@ Only the SHA-256 of a token is stored (like the gateway keys), so a request is m
 secret it presents. The "Token" keyword is the one DRF's authtoken used, so scripts keep their header.
 """
 
-from datetime import timedelta
+import math
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Q
@@ -12,11 +13,17 @@ from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
-from rest_framework.exceptions import AuthenticationFailed
+from rest_framework.exceptions import AuthenticationFailed, Throttled
 from rest_framework.request import Request
 
+from access.client import client_address
+from access.enums import ThrottleKind, ThrottleScope
+from access.selectors import auth_locked_until
+from access.services import auth_failure_record
 from catalog.keys import key_hash
 from catalog.models import ConsoleToken
+
+TOKEN_LOCKED_MESSAGE = "Too many failed token attempts from this address; token authentication is paused."
 
 # last_used_at is a hint for people, not an audit trail: one write a minute per token is precise enough.
 LAST_USED_RESOLUTION = timedelta(minutes=1)
@@ -29,6 +36,25 @@ class ConsoleTokenAuthentication(BaseAuthentication):
         parts = get_authorization_header(request).split()
         if not parts or parts[0].lower() != self.keyword.lower().encode():
             return None  # not ours: another scheme, or no credentials at all
+        # Failures are throttled per client address, like sign-in: a locked address is refused (429) before any
+        # token is looked up, valid or not.
+        address = client_address(request._request)
+        idents = [(ThrottleKind.ADDRESS.value, address)]
+        if until := auth_locked_until(scope=ThrottleScope.API, idents=idents):
+            raise self._throttled(until)
+        try:
+            return self._authenticate(parts)
+        except AuthenticationFailed:
+            if until := auth_failure_record(scope=ThrottleScope.API, idents=idents, address=address):
+                raise self._throttled(until) from None
+            raise
+
+    @staticmethod
+    def _throttled(until: datetime) -> Throttled:
+        wait = max(1, math.ceil((until - timezone.now()).total_seconds()))
+        return Throttled(wait=wait, detail=TOKEN_LOCKED_MESSAGE)
+
+    def _authenticate(self, parts: list[bytes]) -> tuple[Any, ConsoleToken]:
         if len(parts) == 1:
             raise AuthenticationFailed("Invalid token header. No credentials provided.")
         if len(parts) > 2:

@@ -1,8 +1,10 @@
 """The Celery app. The beat schedule is declared here, in one place."""
 
 import os
+import sys
+from typing import Any
 
-from celery import Celery
+from celery import Celery, signals
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
@@ -17,3 +19,25 @@ app.conf.beat_schedule = {
     # Hourly: delete request logs past their retention.
     "requestlogs-retention": {"task": "requestlogs.retention", "schedule": 3600.0},
 }
+
+
+@signals.worker_init.connect
+@signals.beat_init.connect
+def refuse_to_start_on_check_errors(**kwargs: Any) -> None:
+    """Run Django's system checks like manage.py does before serving; exit on an error.
+
+    Celery's own Django fixup runs the checks but ignores what they find, so a worker would start
+    with, for example, provider API keys its SECRET_KEY cannot decrypt.
+    """
+    import django
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    django.setup()
+    try:
+        call_command("check")
+    except SystemCheckError as exc:
+        # The real stderr: by beat_init Celery may have swapped sys.stderr for a logging proxy.
+        sys.__stderr__.write(f"{exc}\n")
+        sys.__stderr__.flush()
+        raise SystemExit(1) from None

@@ -1,8 +1,10 @@
 """Symmetric encryption for secrets at rest (provider API keys).
 
-Uses Fernet (AES-128-CBC + HMAC) from `cryptography`. Keys come from
-FIELD_ENCRYPTION_KEYS (newest first, so old keys still decrypt during rotation);
-when unset, one key is derived from SECRET_KEY with HKDF.
+Uses Fernet (AES-128-CBC + HMAC) from `cryptography`. Encryption uses the first key of
+FIELD_ENCRYPTION_KEYS, or, when that is unset, a key derived from SECRET_KEY with HKDF.
+Decryption tries FIELD_ENCRYPTION_KEYS (newest first), then the keys derived from SECRET_KEY
+and from each SECRET_KEY_FALLBACKS entry, so rotating SECRET_KEY keeps old secrets readable
+while the previous key is listed as a fallback.
 """
 
 import base64
@@ -13,15 +15,46 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from django.conf import settings
 
+# What an operator must do when a stored secret no longer decrypts; shown by the system check,
+# the gateway's log and the upstream error.
+ROTATION_FIX = (
+    "SECRET_KEY (or FIELD_ENCRYPTION_KEYS) changed since these secrets were saved. Set "
+    "FIELD_ENCRYPTION_KEYS to the old Fernet key(s) after the new one, or put the previous SECRET_KEY "
+    "in SECRET_KEY_FALLBACKS, then restart."
+)
+
+
+class Undecryptable(str):
+    """A stored secret the configured keys cannot decrypt (wrong or rotated-away key).
+
+    Reads as "" so nothing leaks; saving it back keeps the original ciphertext, so a later fix of
+    the keys recovers it. Code that would *use* the secret (the gateway) must check for it and
+    refuse: an empty credential is never sent upstream.
+    """
+
+    ciphertext: str
+
+    def __new__(cls, ciphertext: str) -> "Undecryptable":
+        obj = super().__new__(cls, "")
+        obj.ciphertext = ciphertext
+        return obj
+
+
+def derived_key(secret_key: str) -> str:
+    """The Fernet key derived from a SECRET_KEY (what encrypts secrets when FIELD_ENCRYPTION_KEYS is unset)."""
+    derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"controlplane-fields", info=b"fernet").derive(
+        secret_key.encode()
+    )
+    return base64.urlsafe_b64encode(derived).decode()
+
 
 @cache
 def _fernet() -> MultiFernet:
     keys = list(settings.FIELD_ENCRYPTION_KEYS)
-    if not keys:
-        derived = HKDF(algorithm=hashes.SHA256(), length=32, salt=b"controlplane-fields", info=b"fernet").derive(
-            settings.SECRET_KEY.encode()
-        )
-        keys = [base64.urlsafe_b64encode(derived).decode()]
+    for secret_key in [settings.SECRET_KEY, *getattr(settings, "SECRET_KEY_FALLBACKS", [])]:
+        key = derived_key(secret_key)
+        if key not in keys:
+            keys.append(key)
     return MultiFernet([Fernet(k.encode()) for k in keys])
 
 
@@ -34,3 +67,11 @@ def decrypt(token: str) -> str:
         return _fernet().decrypt(token.encode()).decode()
     except InvalidToken:
         raise ValueError("Secret cannot be decrypted with the configured keys.") from None
+
+
+def can_decrypt(token: str) -> bool:
+    try:
+        decrypt(token)
+    except ValueError:
+        return False
+    return True

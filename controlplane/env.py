@@ -54,3 +54,19 @@ def env_secret(name: str) -> str | None:
         except OSError as exc:
             raise ImproperlyConfigured(f"{name}_FILE points at an unreadable file: {exc}") from None
     return None
+
+
+def env_proxy_ssl_header(name: str) -> tuple[str, str] | None:
+    """Read NAME as "Header-Name: value" (value defaults to https) into Django's SECURE_PROXY_SSL_HEADER.
+
+    Unset or empty means no proxy header is trusted. Only set it when a proxy in front of every
+    request overwrites that header: a client could otherwise claim https itself.
+    """
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return None
+    header, _, value = raw.partition(":")
+    header, value = header.strip(), (value.strip() or "https")
+    if not header or not all(c.isalnum() or c == "-" for c in header):
+        raise ImproperlyConfigured(f'{name} must look like "X-Forwarded-Proto: https", got {raw!r}')
+    return "HTTP_" + header.upper().replace("-", "_"), value

@@ -11,7 +11,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
-from controlplane.env import env_bool, env_int, env_list, env_secret, env_str
+from controlplane.env import env_bool, env_int, env_list, env_proxy_ssl_header, env_secret, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("CONTROLPLANE_VAR_DIR", str(BASE_DIR / "var")))
@@ -46,6 +46,9 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 # Fernet keys (comma separated, newest first) for secrets at rest; derived from SECRET_KEY when unset.
 FIELD_ENCRYPTION_KEYS = env_list("FIELD_ENCRYPTION_KEYS", [])
+# Previous SECRET_KEYs (comma separated) while rotating: old sessions and signatures stay valid, and
+# provider API keys encrypted under a key derived from one of them still decrypt.
+SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
@@ -64,6 +67,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "controlplane",
     "audit",
+    "access",
     "catalog",
     "routing",
     "chains",
@@ -86,6 +90,7 @@ if GATEWAY_PROCESS:
                 "django_htmx",
                 "rest_framework",
                 "drf_spectacular",
+                "access",
             )
         )
     ]
@@ -154,6 +159,20 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 
+# Throttling of sign-in (console and admin) and console API token failures (access app; README, Configuration):
+# AUTH_FAILURE_LIMIT failures within AUTH_FAILURE_WINDOW_SECONDS lock the account name and the client address
+# for AUTH_LOCKOUT_SECONDS. The client address is REMOTE_ADDR; with TRUSTED_PROXY_COUNT = N it is the address
+# N entries from the right of X-Forwarded-For (set it only behind that many proxies that append to the header).
+AUTH_FAILURE_LIMIT = env_int("AUTH_FAILURE_LIMIT", 5)
+AUTH_FAILURE_WINDOW_SECONDS = env_int("AUTH_FAILURE_WINDOW_SECONDS", 15 * 60)
+AUTH_LOCKOUT_SECONDS = env_int("AUTH_LOCKOUT_SECONDS", 15 * 60)
+TRUSTED_PROXY_COUNT = env_int("TRUSTED_PROXY_COUNT", 0)
+if min(AUTH_FAILURE_LIMIT, AUTH_FAILURE_WINDOW_SECONDS, AUTH_LOCKOUT_SECONDS) < 1 or TRUSTED_PROXY_COUNT < 0:
+    raise ImproperlyConfigured(
+        "AUTH_FAILURE_LIMIT, AUTH_FAILURE_WINDOW_SECONDS and AUTH_LOCKOUT_SECONDS must be at least 1, "
+        "TRUSTED_PROXY_COUNT 0 or more."
+    )
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
 LOGOUT_REDIRECT_URL = "login"
@@ -178,9 +197,21 @@ STORAGES = {
     },
 }
 
+# --- Transport security. Production runs behind a TLS-terminating proxy (README, Configuration), so
+# everything is on by default there; embedded mode (`make run`: plain http on 127.0.0.1) turns it off.
+_TLS_DEFAULT = not EMBEDDED and not DEBUG
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", not EMBEDDED and not DEBUG)
+SESSION_COOKIE_SECURE = env_bool("SECURE_COOKIES", _TLS_DEFAULT)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+# Console requests over http get a 301 to https. The gateway's /v1, /healthz and /readyz are served
+# by its own ASGI app, never by Django's middleware, so load-balancer health checks are not redirected.
+SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _TLS_DEFAULT)
+# ("HTTP_X_FORWARDED_PROTO", "https") from SECURE_PROXY_SSL_HEADER="X-Forwarded-Proto: https": the
+# header the proxy sets to say the client spoke https. Without it a proxied request looks like http.
+SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER")
+SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if _TLS_DEFAULT else 0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _TLS_DEFAULT)
+SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", _TLS_DEFAULT)
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
 
@@ -219,8 +250,51 @@ BREAKER_REDIS_NAMESPACE = env_str("BREAKER_REDIS_NAMESPACE", "cp:breaker")
 REQUEST_LOG_RETENTION_DAYS = env_int("REQUEST_LOG_RETENTION_DAYS", 30)
 # Production: the Redis stream the gateways append request logs to and the ingest task drains.
 REQUEST_LOG_STREAM = env_str("REQUEST_LOG_STREAM", "cp:requestlogs")
+# Cap on that stream, in entries (about 730 bytes each in Redis: the default is ~0.7 GiB, some 80 minutes
+# of a PostgreSQL outage at 200 requests/s). Entries trimmed before they were ingested are counted and
+# reported (Request Logs page, /metrics, /readyz). 0 = no cap.
+REQUEST_LOG_STREAM_MAXLEN = env_int("REQUEST_LOG_STREAM_MAXLEN", 1_000_000)
+# A batch a dead ingest worker left unacknowledged is taken over by another after this long.
+REQUEST_LOG_CLAIM_IDLE_SECONDS = env_int("REQUEST_LOG_CLAIM_IDLE_SECONDS", 15)
+if REQUEST_LOG_STREAM_MAXLEN < 0 or REQUEST_LOG_CLAIM_IDLE_SECONDS < 1:
+    raise ImproperlyConfigured(
+        "REQUEST_LOG_STREAM_MAXLEN must be 0 or more and REQUEST_LOG_CLAIM_IDLE_SECONDS at least 1."
+    )
+# A gateway stopped while it cannot write its request logs spills them here; the next start replays them.
+REQUEST_LOG_SPILL_DIR = VAR_DIR / "requestlog-spill"
 GATEWAY_MAX_BODY_BYTES = env_int("GATEWAY_MAX_BODY_BYTES", 10 * 1024 * 1024)
 GATEWAY_DEADLINE_SECONDS = env_int("GATEWAY_DEADLINE_SECONDS", 300)
+# Bounds on a chat request's structure, checked before the body is parsed where a hostile body could
+# multiply memory (gateway/bodies.py; defaults are the OpenAI API's own limits or above them).
+GATEWAY_MAX_MESSAGES = env_int("GATEWAY_MAX_MESSAGES", 2048)
+GATEWAY_MAX_CONTENT_PARTS = env_int("GATEWAY_MAX_CONTENT_PARTS", 2048)
+GATEWAY_MAX_TOOLS = env_int("GATEWAY_MAX_TOOLS", 128)
+GATEWAY_MAX_JSON_DEPTH = env_int("GATEWAY_MAX_JSON_DEPTH", 64)
+GATEWAY_MAX_JSON_VALUES = env_int("GATEWAY_MAX_JSON_VALUES", 100_000)
+GATEWAY_MAX_STRING_CHARS = env_int("GATEWAY_MAX_STRING_CHARS", 10 * 1024 * 1024)
+# Bytes of large bodies (over 256 KiB) one gateway worker holds at once; more wait their turn.
+GATEWAY_BODY_BUFFER_BYTES = env_int("GATEWAY_BODY_BUFFER_BYTES", 64 * 1024 * 1024)
+for _name in (
+    "GATEWAY_MAX_BODY_BYTES",
+    "GATEWAY_MAX_MESSAGES",
+    "GATEWAY_MAX_CONTENT_PARTS",
+    "GATEWAY_MAX_TOOLS",
+    "GATEWAY_MAX_JSON_DEPTH",
+    "GATEWAY_MAX_JSON_VALUES",
+    "GATEWAY_MAX_STRING_CHARS",
+    "GATEWAY_BODY_BUFFER_BYTES",
+):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name} must be at least 1, got {globals()[_name]}.")
+# A half-open probe that never reports frees its slot after this long. It must outlast the upstream deadline,
+# or a slow but live probe would lose its slot to a second probe (docs/breaker.md).
+BREAKER_PROBE_TIMEOUT_SECONDS = env_int("BREAKER_PROBE_TIMEOUT_SECONDS", GATEWAY_DEADLINE_SECONDS + 30)
+if BREAKER_PROBE_TIMEOUT_SECONDS < max(GATEWAY_DEADLINE_SECONDS, 1):
+    raise ImproperlyConfigured(
+        f"BREAKER_PROBE_TIMEOUT_SECONDS ({BREAKER_PROBE_TIMEOUT_SECONDS}) must be at least "
+        f"GATEWAY_DEADLINE_SECONDS ({GATEWAY_DEADLINE_SECONDS}): a probe still waiting for its upstream "
+        "would lose its half-open slot to a second probe."
+    )
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"
 CELERY_RESULT_BACKEND = None

@@ -4,6 +4,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView
 
+from access import views as access_views
 from audit import api_urls as audit_api
 from catalog import api_urls as catalog_api
 from chains import api_urls as chains_api
@@ -24,7 +25,7 @@ api_urlpatterns = [
 
 urlpatterns = [
     path("", views.home, name="home"),
-    path("login/", auth_views.LoginView.as_view(template_name="auth/login.html"), name="login"),
+    path("login/", access_views.login, name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("fallback/", RedirectView.as_view(pattern_name="chains:list", permanent=False), name="fallback"),
     path("fallback/chains/", include("chains.urls")),
@@ -32,6 +33,8 @@ urlpatterns = [
     path("audit/", include("audit.urls")),
     path("logs/", include("requestlogs.urls")),
     path("api/", include(api_urlpatterns)),
+    # Before admin.site.urls: the admin's login, answering 429 while locked out.
+    path("admin/login/", access_views.admin_login, name="admin-login"),
     path("admin/", admin.site.urls),
 ]
 

@@ -1,4 +1,4 @@
-"""The data plane: a lean ASGI app serving /v1/chat/completions, /v1/models, /healthz, /readyz.
+"""The data plane: a lean ASGI app serving /v1/chat/completions, /v1/models, /healthz, /readyz, /metrics.
 
 Request path: auth (key hash -> snapshot) -> guardrails -> routing rule -> alias ->
 breaker decision and fallback -> upstream (httpx) -> outcome to the breaker ->
@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from gateway.bodies import MIB, BodyBudget, BodyError, BodyLimits, parse_body
 from gateway.config import ConfigHolder
 from gateway.errors import openai_error, sse_error
 from gateway.logsink import LogSink, new_request_id
@@ -30,6 +31,9 @@ from health.breaker.types import Decision, Outcome
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_BODY = 10 * 1024 * 1024
+DEFAULT_BODY_BUFFER = 64 * MIB
+# How long a large body may wait for room in the body budget before the gateway answers 503.
+BODY_WAIT_SECONDS = 30.0
 MAX_MODEL_NAME = 256
 # Model names travel in response headers and logs: printable, no control characters.
 _PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]+")
@@ -37,6 +41,18 @@ _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 _DONE = b"data: [DONE]"
 ADAPTERS: dict[str, type[Adapter]] = {"openai": OpenAIAdapter}
+# /metrics: the request-log pipeline only, named controlplane_requestlog_<name>. The first four are this
+# process's; the others are read from Redis and shared by every gateway (absent in embedded mode).
+METRICS: dict[str, tuple[str, str]] = {
+    "buffered": ("gauge", "Records in this process's buffer, not yet written."),
+    "buffer_dropped_total": ("counter", "Records this process dropped because its buffer was full."),
+    "spilled_total": ("counter", "Records this process spilled to a local file at shutdown."),
+    "replayed_total": ("counter", "Records this process replayed from spill files at start."),
+    "redis_up": ("gauge", "1 if the request-log counters could be read from Redis."),
+    "stream_length": ("gauge", "Entries in the Redis request-log stream, not yet ingested."),
+    "trimmed_total": ("counter", "Entries the stream's length cap removed before they were ingested."),
+    "dead_lettered_total": ("counter", "Entries moved to the dead-letter stream (undecodable or refused)."),
+}
 
 
 class _ClientGone(Exception):
@@ -83,6 +99,7 @@ class _Call:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     logged: bool = False
     reserialize: bool = False
+    budget: int = 0  # bytes of the body budget this request holds
 
 
 class GatewayApp:
@@ -94,12 +111,20 @@ class GatewayApp:
         sink: LogSink | None = None,
         max_body: int = DEFAULT_MAX_BODY,
         deadline_seconds: float = 300.0,
+        limits: BodyLimits | None = None,
+        body_buffer: int = DEFAULT_BODY_BUFFER,
+        body_wait_seconds: float = BODY_WAIT_SECONDS,
     ) -> None:
         self.config = config
         self._engine = engine
         self.sink = sink
         self.max_body = max_body
         self.deadline = deadline_seconds
+        self.limits = limits or BodyLimits()
+        # Large bodies share this many bytes per worker (never less than one maximal body).
+        self.body_budget = BodyBudget(max(body_buffer, max_body))
+        self.body_wait = body_wait_seconds
+        self._parse_lock: asyncio.Lock | None = None
         self._transports: dict[str, FastTransport] = {}
         self._adapters: dict[str, tuple[ProviderInfo, Adapter]] = {}
         self.started = False
@@ -168,27 +193,45 @@ class GatewayApp:
             await _respond(send, 200, b'{"status":"ok"}')
         elif path == "/readyz":
             await self._ready(send)
+        elif path == "/metrics" and method == "GET":
+            await self._metrics(send)
         else:
             await _respond(send, 404, openai_error(f"Unknown endpoint {method} {path}.", code="unknown_url"))
 
     async def _ready(self, send: Any) -> None:
+        """Readiness, with a status and a short code per check; exception text stays in the server log."""
         snap = self.config.current
-        if snap is None:
-            body = {"ready": False, "missing": ["config snapshot"], "error": self.config.last_error or None}
-            await _respond(send, 503, orjson.dumps(body))
-            return
-        missing = [
-            name
-            for name, present in (("api keys", snap.keys), ("models", snap.models), ("providers", snap.providers))
-            if not present
-        ]
-        body = {
-            "ready": not missing,
-            "config_version": snap.version,
-            "missing": missing,
-            "stale_error": self.config.last_error or None,
+        checks = {
+            "config_snapshot": "ok" if snap is not None else "missing",
+            "config_stale": self.config.last_error_code or "ok",
         }
-        await _respond(send, 200 if not missing else 503, orjson.dumps(body))
+        body: dict[str, Any] = {"ready": False, "config_version": None, "missing": ["config snapshot"]}
+        if snap is not None:
+            missing = [
+                name
+                for name, present in (("api keys", snap.keys), ("models", snap.models), ("providers", snap.providers))
+                if not present
+            ]
+            body = {"ready": not missing, "config_version": snap.version, "missing": missing}
+        if self.sink is not None:
+            counts = await asyncio.to_thread(self.sink.counts)
+            checks["request_log_writes"] = "failing" if self.sink.failing else "ok"
+            if counts.get("redis_up") == 0:
+                checks["request_log_redis"] = "redis_unreachable"
+            body["request_logs"] = counts
+        body = {"status": "ready" if body["ready"] else "not_ready", **body, "checks": checks}
+        await _respond(send, 200 if body["ready"] else 503, orjson.dumps(body))
+
+    async def _metrics(self, send: Any) -> None:
+        """Prometheus text exposition of the request-log pipeline's counters (this process and its Redis)."""
+        counts = await asyncio.to_thread(self.sink.counts) if self.sink is not None else {}
+        lines = []
+        for name, (kind, help_text) in METRICS.items():
+            if name in counts:
+                metric = f"controlplane_requestlog_{name}"
+                lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}", f"{metric} {counts[name]}"]
+        body = ("\n".join(lines) + "\n").encode()
+        await _respond(send, 200, body, headers=[(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")])
 
     # -- auth ----------------------------------------------------------------------
     def _authenticate(self, scope: dict[str, Any], snap: Snapshot) -> KeyInfo:
@@ -266,6 +309,7 @@ class GatewayApp:
                     }
                 )
         finally:
+            self._release_body(call)
             self._log(call)
 
     async def _chat_inner(self, call: _Call, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -278,13 +322,8 @@ class GatewayApp:
                 code="not_ready",
             )
         call.key = self._authenticate(scope, snap)
-        call.raw = await self._read_body(scope, receive)
-        try:
-            payload = orjson.loads(call.raw)
-        except orjson.JSONDecodeError as exc:
-            raise _Reject(400, f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
-        if not isinstance(payload, dict):
-            raise _Reject(400, "The request body must be a JSON object.", code="invalid_json")
+        call.raw = await self._read_body(call, scope, receive)
+        payload, call.reserialize = await self._parse(call.raw)
         model = payload.get("model")
         if not isinstance(model, str) or not model.strip():
             raise _Reject(400, "Missing required parameter: 'model'.", code="missing_model", param="model")
@@ -305,15 +344,14 @@ class GatewayApp:
             )
         call.payload, call.requested_model = payload, model
         call.stream = payload.get("stream") is True
-        # A repeated "model" key: forward what we parsed (last one wins), never the raw bytes.
-        call.reserialize = call.raw.count(b'"model"') > 1
         route = snap.resolve(call.key, model)
         if isinstance(route, Refusal):
             raise _Reject(route.status, route.message, kind=route.kind, code=route.code, param="model")
         call.route = route
         await self._proxy_watching_disconnect(call, snap, receive, send)
 
-    async def _read_body(self, scope: dict[str, Any], receive: Any) -> bytes:
+    async def _read_body(self, call: _Call, scope: dict[str, Any], receive: Any) -> bytes:
+        declared = None
         for name, value in scope["headers"]:
             if name == b"content-length":
                 try:
@@ -323,6 +361,20 @@ class GatewayApp:
                 if declared > self.max_body:
                     raise _Reject(413, _too_large(self.max_body), code="request_too_large")
                 break
+        if declared is None or declared > self.limits.large_body:
+            # Room for the body (the limit when its length is not declared) before a byte of it is read:
+            # a waiting body stays in the client's socket, not in this worker.
+            try:
+                call.budget = await self.body_budget.acquire(
+                    self.max_body if declared is None else declared, self.body_wait
+                )
+            except TimeoutError:
+                raise _Reject(
+                    503,
+                    "The gateway is busy with other large requests; retry shortly.",
+                    kind="server_error",
+                    code="overloaded",
+                ) from None
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -336,6 +388,25 @@ class GatewayApp:
             chunks.append(chunk)
             if not message.get("more_body"):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _parse(self, raw: bytes) -> tuple[dict[str, Any], bool]:
+        """parse_body; a large body in a worker thread, one at a time, so the event loop never waits on two."""
+        try:
+            if len(raw) <= self.limits.large_body:
+                return parse_body(raw, self.limits)
+            if self._parse_lock is None:
+                self._parse_lock = asyncio.Lock()
+            async with self._parse_lock:
+                return await asyncio.to_thread(parse_body, raw, self.limits)
+        except BodyError as exc:
+            raise _Reject(400, exc.message, code=exc.code, param=exc.param) from None
+
+    def _release_body(self, call: _Call) -> None:
+        """The body is gone (sent upstream or refused): drop it and give its room back."""
+        call.raw, call.payload = b"", {}
+        if call.budget:
+            self.body_budget.release(call.budget)
+            call.budget = 0
 
     async def _proxy_watching_disconnect(self, call: _Call, snap: Snapshot, receive: Any, send: Any) -> None:
         """Run the upstream work in this task; if the client disconnects first, cancel it (the upstream call too)."""
@@ -426,9 +497,13 @@ class GatewayApp:
         headers = self._attribution(call, target)
         provider = snap.providers[target.provider]
         adapter = self._adapter(provider)
+        # Exactly what was validated goes upstream, in one copy: the raw bytes when they say nothing the
+        # parsed object does not (no repeated key) and the model stays, else the parsed object re-serialised.
         body = call.raw
         if target.model != call.requested_model or call.reserialize:
+            call.raw = body = b""  # dropped before the new copy is built
             body = orjson.dumps({**call.payload, "model": target.model})
+        call.raw, call.payload = b"", {}
         attempt: dict[str, Any] = {
             "provider": target.provider,
             "model": target.model,
@@ -441,7 +516,11 @@ class GatewayApp:
         deadline = asyncio.get_running_loop().time() + self.deadline
         try:
             async with asyncio.timeout_at(deadline):
-                response = await adapter.chat(body, stream=call.stream)
+                try:
+                    response = await adapter.chat(body, stream=call.stream)
+                finally:
+                    body = b""  # the upstream has the request (or never will): its bytes can go
+                    self._release_body(call)
         except (UpstreamError, TimeoutError) as exc:
             kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
             message = exc.message if isinstance(exc, UpstreamError) else "The upstream exceeded the deadline."
@@ -711,7 +790,14 @@ def create_app() -> GatewayApp:
 
     return GatewayApp(
         config=ConfigHolder(redis_url=settings.REDIS_URL),
-        sink=LogSink(redis_url=settings.REDIS_URL, stream_key=settings.REQUEST_LOG_STREAM),
+        sink=LogSink(
+            redis_url=settings.REDIS_URL,
+            stream_key=settings.REQUEST_LOG_STREAM,
+            maxlen=settings.REQUEST_LOG_STREAM_MAXLEN,
+            spill_dir=settings.REQUEST_LOG_SPILL_DIR,
+        ),
         max_body=getattr(settings, "GATEWAY_MAX_BODY_BYTES", DEFAULT_MAX_BODY),
         deadline_seconds=getattr(settings, "GATEWAY_DEADLINE_SECONDS", 300.0),
+        limits=BodyLimits.from_settings(settings),
+        body_buffer=getattr(settings, "GATEWAY_BODY_BUFFER_BYTES", DEFAULT_BODY_BUFFER),
     )

@@ -32,7 +32,8 @@ class ConfigHolder:
         full_rebuild_seconds: float = 60.0,
     ) -> None:
         self.current: Snapshot | None = None
-        self.last_error: str = ""
+        self.last_error: str = ""  # the full exception text: for the server log, never for /readyz
+        self.last_error_code: str = ""  # a short code /readyz may show anyone: db_unreachable, db_error, ...
         self._redis_url = redis_url
         self._poll_seconds = poll_seconds
         self._retry_seconds = retry_seconds
@@ -87,6 +88,7 @@ class ConfigHolder:
                     message,
                 )
             self.last_error = message
+            self.last_error_code = _error_code(exc)
             return False
         finally:
             # Rebuilds are rare: do not hold a database connection between them.
@@ -94,6 +96,7 @@ class ConfigHolder:
         self.current = snapshot  # atomic reference swap
         self._last_build = time.monotonic()
         self.last_error = ""
+        self.last_error_code = ""
         return True
 
     def _rebuild_loop(self) -> None:
@@ -147,6 +150,16 @@ class ConfigHolder:
             except Exception as exc:  # noqa: BLE001 - reconnect after any Redis failure
                 log.warning("config subscriber lost Redis (%s); retrying", type(exc).__name__)
                 self._stop.wait(self._retry_seconds)
+
+
+def _error_code(exc: Exception) -> str:
+    from django.db import DatabaseError, InterfaceError, OperationalError
+
+    if isinstance(exc, OperationalError | InterfaceError):
+        return "db_unreachable"
+    if isinstance(exc, DatabaseError):
+        return "db_error"
+    return "rebuild_failed"
 
 
 def wait_for_version(holder: ConfigHolder, version: int, timeout: float) -> bool:

@@ -4,15 +4,24 @@ Embedded mode writes batches straight into the database. Production appends them
 a Redis stream; the `requestlogs.ingest` Celery task copies them into PostgreSQL and
 acknowledges only committed rows. Either way a failed write keeps the batch and
 retries, so a database or Redis outage loses nothing (up to `max_buffer` records).
+
+The stream is capped (XADD MAXLEN ~) so a long PostgreSQL outage cannot fill the Redis that also
+holds the breakers and the Celery broker; what the cap trims before it was ingested is counted in
+Redis (`<stream>:trimmed`), as are the records this buffer had to drop (`<stream>:dropped`). A sink
+stopped while its writes fail spills its buffer to a local file, replayed at the next start.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
 import time
+import uuid
 from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -20,6 +29,57 @@ import orjson
 log = logging.getLogger(__name__)
 
 STREAM_KEY = "cp:requestlogs"
+DEFAULT_MAXLEN = 1_000_000  # about 730 bytes an entry in Redis: ~0.7 GiB at the cap
+
+
+@dataclass(frozen=True)
+class StreamKeys:
+    """The Redis keys of one request-log stream and its counters."""
+
+    stream: str
+
+    @property
+    def trimmed(self) -> str:  # entries the length cap removed before they were ingested
+        return f"{self.stream}:trimmed"
+
+    @property
+    def dropped(self) -> str:  # records gateways dropped because their buffer was full
+        return f"{self.stream}:dropped"
+
+    @property
+    def lost_since(self) -> str:  # unix time of the first loss counted in either
+        return f"{self.stream}:lost_since"
+
+    @property
+    def dead(self) -> str:  # dead-letter stream: records that cannot be decoded or stored
+        return f"{self.stream}:dead"
+
+    @property
+    def dead_lettered(self) -> str:
+        return f"{self.stream}:dead_lettered"
+
+
+# Appends a batch under the cap and counts, in the same atomic step, what the cap trimmed: every entry
+# still in the stream is not yet acknowledged (ingest deletes what it committed), so XLEN before + added
+# - XLEN after is exactly the number of entries lost, or one too many per entry trimmed between its
+# commit and its acknowledgement (a conservative count). The sink's own buffer drops ride along.
+# KEYS: stream, trimmed, dropped, lost_since. ARGV: maxlen (0 = no cap), now, dropped delta, records...
+_APPEND_SCRIPT = """
+local before = redis.call('XLEN', KEYS[1])
+for i = 4, #ARGV do
+  if ARGV[1] == '0' then
+    redis.call('XADD', KEYS[1], '*', 'r', ARGV[i])
+  else
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'r', ARGV[i])
+  end
+end
+local trimmed = before + (#ARGV - 3) - redis.call('XLEN', KEYS[1])
+local dropped = tonumber(ARGV[3])
+if trimmed > 0 then redis.call('INCRBY', KEYS[2], trimmed) end
+if dropped > 0 then redis.call('INCRBY', KEYS[3], dropped) end
+if trimmed + dropped > 0 then redis.call('SET', KEYS[4], ARGV[2], 'NX') end
+return trimmed
+"""
 
 
 def new_request_id() -> str:
@@ -43,22 +103,34 @@ class LogSink:
         batch_size: int = 500,
         max_buffer: int = 50_000,
         stream_key: str = STREAM_KEY,
+        maxlen: int = DEFAULT_MAXLEN,
+        spill_dir: Path | str | None = None,
     ) -> None:
         self._redis_url = redis_url
         self._stream_key = stream_key
+        self.keys = StreamKeys(stream_key)
+        self._maxlen = maxlen
+        # Where stop() writes what it could not send, and start() looks for what an earlier process left.
+        self._spill_dir = Path(spill_dir) if spill_dir else None
         self._flush_seconds = flush_seconds
         self._batch_size = batch_size
         # ~1 KiB a record: the cap bounds memory during a long outage (records past it are counted
         # and dropped, oldest first, and the drop is logged).
         self._max_buffer = max_buffer
         self._buffer: deque[dict[str, Any]] = deque()
-        self.dropped = 0
+        self.dropped = 0  # records dropped because the buffer was full
+        self._dropped_reported = 0  # of which already added to the Redis counter
+        self.spilled = 0
+        self.replayed = 0
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Condition()
         self._in_flight = 0
         self._thread: threading.Thread | None = None
         self._failing = False
+        self._redis: Any = None  # the sink thread's client, and its registered append script
+        self._append: Any = None
+        self._probe: Any = None  # short timeouts, for /metrics and /readyz
 
     def add(self, record: dict[str, Any]) -> None:
         """Request path: O(1), never blocks, never raises."""
@@ -79,11 +151,15 @@ class LogSink:
         self._thread.start()
 
     def stop(self, timeout: float = 10.0) -> None:
-        """Drain what is buffered, then stop."""
+        """Drain what is buffered, then stop; what could not be written goes to a spill file."""
         self._stop.set()
         self._wake.set()
         if self._thread:
             self._thread.join(timeout=timeout)
+            if self._thread.is_alive():
+                log.error("request-log sink still writing at shutdown; %d records in flight", self._in_flight)
+        if self._buffer:
+            self._spill()
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until everything added so far is written (tests, shutdown)."""
@@ -95,8 +171,51 @@ class LogSink:
     def pending(self) -> int:
         return len(self._buffer) + self._in_flight
 
+    @property
+    def failing(self) -> bool:
+        return self._failing
+
+    def counts(self) -> dict[str, int]:
+        """The pipeline's counters: this process's, plus (production) those kept in Redis for every gateway.
+
+        Blocks for at most about a second when Redis does not answer; then `redis_up` is 0.
+        """
+        counts = {
+            "buffered": self.pending,
+            "buffer_dropped_total": self.dropped,
+            "spilled_total": self.spilled,
+            "replayed_total": self.replayed,
+        }
+        if not self._redis_url:
+            return counts
+        try:
+            probe = self._probe
+            if probe is None:
+                import redis
+
+                probe = self._probe = redis.Redis.from_url(
+                    self._redis_url, socket_timeout=0.5, socket_connect_timeout=0.5
+                )
+            pipe = probe.pipeline(transaction=False)
+            pipe.xlen(self.keys.stream)
+            pipe.get(self.keys.trimmed)
+            pipe.get(self.keys.dead_lettered)
+            length, trimmed, dead = pipe.execute()
+        except Exception:  # noqa: BLE001 - Redis away: report it as a value
+            return {**counts, "redis_up": 0}
+        return {
+            **counts,
+            "redis_up": 1,
+            "stream_length": length,
+            "trimmed_total": int(trimmed or 0),
+            "dead_lettered_total": int(dead or 0),
+        }
+
     def _run(self) -> None:
+        replay_due = self._spill_dir is not None
         while True:
+            if replay_due and not self._stop.is_set():
+                replay_due = not self._replay()
             self._wake.wait(timeout=self._flush_seconds)
             self._wake.clear()
             self._drain()
@@ -149,13 +268,118 @@ class LogSink:
             for record, error in refused:
                 log.error("request log %s refused by the database and dropped: %s", record.get("request_id"), error)
 
-    def _write_redis(self, batch: list[dict[str, Any]]) -> None:
-        import redis
-
-        client = getattr(self, "_redis", None)
+    def _client(self) -> Any:
+        client = self._redis
         if client is None:
+            import redis
+
             client = self._redis = redis.Redis.from_url(self._redis_url, socket_timeout=2, socket_connect_timeout=2)
-        pipe = client.pipeline(transaction=False)
-        for record in batch:
-            pipe.xadd(self._stream_key, {"r": orjson.dumps(record)})
-        pipe.execute()
+            self._append = client.register_script(_APPEND_SCRIPT)
+        return client
+
+    def _write_redis(self, batch: list[dict[str, Any]]) -> None:
+        self._client()
+        dropped = self.dropped - self._dropped_reported
+        keys = self.keys
+        trimmed = self._append(
+            keys=[keys.stream, keys.trimmed, keys.dropped, keys.lost_since],
+            args=[self._maxlen, int(time.time()), dropped, *(orjson.dumps(record) for record in batch)],
+        )
+        self._dropped_reported += dropped
+        if trimmed:
+            log.error(
+                "request-log stream over its cap of %d entries: %d records not yet ingested were trimmed",
+                self._maxlen,
+                trimmed,
+            )
+
+    # -- spill file ------------------------------------------------------------------
+    def _spill(self) -> None:
+        """Write the buffer to a new file in the spill dir: one JSON record a line, fsynced, then renamed."""
+        records = [self._buffer.popleft() for _ in range(len(self._buffer))]
+        if self._spill_dir is None:
+            log.error("request-log sink stopped with %d unwritten records and no spill dir: lost", len(records))
+            return
+        name = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        partial, final = self._spill_dir / f"{name}.partial", self._spill_dir / f"{name}.jsonl"
+        try:
+            self._spill_dir.mkdir(parents=True, exist_ok=True)
+            with open(partial, "ab") as f:
+                # Held until closed, after the rename: a replaying process never reads a file half written.
+                fcntl.flock(f, fcntl.LOCK_EX)
+                f.write(b"".join(orjson.dumps(record) + b"\n" for record in records))
+                f.flush()
+                os.fsync(f.fileno())
+                os.replace(partial, final)
+            dir_fd = os.open(self._spill_dir, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)  # the rename itself survives a power cut
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            log.error("request-log spill to %s failed (%s): %d records lost", final, exc, len(records))
+            return
+        self.spilled += len(records)
+        log.warning(
+            "request-log writes failing at shutdown: %d records spilled to %s, replayed at the next start",
+            len(records),
+            final,
+        )
+
+    def _replay(self) -> bool:
+        """Write the spill files other processes left, deleting each once written; True when none is left.
+
+        A crash halfway replays the whole file again at the next start: the stream then holds some records
+        twice, which the ingest stores once (it skips a request_id already stored).
+        """
+        assert self._spill_dir is not None
+        paths = sorted([*self._spill_dir.glob("*.jsonl"), *self._spill_dir.glob("*.partial")])
+        held = False
+        for path in paths:
+            try:
+                f = open(path, "rb")  # closed by the `with` below, after the unlink
+            except FileNotFoundError:
+                continue
+            with f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    held = True  # being written, or replayed by another worker: look again later
+                    continue
+                try:
+                    if os.stat(path).st_ino != os.fstat(f.fileno()).st_ino:
+                        continue  # renamed or replayed while we waited for it
+                except FileNotFoundError:
+                    continue
+                records, broken = [], []
+                for number, line in enumerate(f.read().splitlines(), start=1):
+                    try:
+                        record = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        record = None
+                    if isinstance(record, dict):
+                        records.append(record)
+                    elif line.strip():
+                        broken.append((number, line))  # a line torn by a crash mid-spill, say
+                try:
+                    for start in range(0, len(records), self._batch_size):
+                        self._write(records[start : start + self._batch_size])
+                    for number, line in broken:
+                        self._dead_letter_line(path, number, line)
+                except Exception as exc:  # noqa: BLE001 - keep the file and retry later
+                    log.warning("request-log replay of %s failed (%s: %s); retrying", path, type(exc).__name__, exc)
+                    self._failing = True
+                    return False
+                path.unlink()
+            self.replayed += len(records)
+            log.info("request-log replay: %d records from %s", len(records), path)
+        return not held
+
+    def _dead_letter_line(self, path: Path, number: int, line: bytes) -> None:
+        log.error("request-log spill %s line %d cannot be decoded; dead-lettered: %r", path, number, line[:200])
+        if self._redis_url:
+            client = self._client()
+            pipe = client.pipeline(transaction=False)
+            pipe.xadd(self.keys.dead, {"raw": line, "error": f"undecodable line {number} of spill file {path.name}"})
+            pipe.incr(self.keys.dead_lettered)
+            pipe.execute()

@@ -100,6 +100,8 @@ class Simulator:
         # Tests may hold a provider's stream after its first chunk until they set the event.
         self.gates: dict[str, threading.Event] = {}
         self._flaky_seq: Counter[str] = Counter()
+        # The last request body each provider received, as sent (tests check what went upstream).
+        self.last_bodies: dict[str, bytes] = {}
 
     def behaviour(self, name: str) -> Behaviour:
         return self.behaviours.get(name) or Behaviour.from_name(name)
@@ -134,6 +136,7 @@ class Simulator:
     async def _chat(self, name: str, receive: Receive, send: Send) -> None:
         body = await _read_body(receive)
         self.requests[name] += 1
+        self.last_bodies[name] = body
         try:
             request = json.loads(body or b"{}")
         except json.JSONDecodeError:
@@ -255,6 +258,7 @@ class Simulator:
             self.requests.clear()
             self.completed_streams.clear()
             self._flaky_seq.clear()
+            self.last_bodies.clear()
             await _json(send, 200, {"reset": True})
             return
         if path.startswith("/_sim/providers/"):

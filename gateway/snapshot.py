@@ -238,7 +238,8 @@ def _snapshot_read(version: int) -> Snapshot:
                 key_id=k.pk, user_id=k.user_id, team_id=k.team_id, application_id=k.application_id, agent_id=k.agent_id
             ),
         )
-        for k in ApiKey.objects.filter(revoked_at=None)
+        # A deactivated owner's keys stop too (and work again if the owner is reactivated).
+        for k in ApiKey.objects.filter(revoked_at=None, user__is_active=True)
     }
     aliases = {a.name: a.model.name for a in Alias.objects.select_related("model")}
     rules = {

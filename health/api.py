@@ -7,7 +7,7 @@ the input serializers here document the bodies in the OpenAPI schema and are not
 from typing import Any
 
 from django.http import Http404
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,6 +19,7 @@ from health.selectors import (
     breaker_override_get,
     circuit_get,
     circuit_list,
+    circuits_local_only,
 )
 from health.services import breaker_config_update, breaker_override_delete, breaker_override_set, circuit_reset
 
@@ -46,12 +47,49 @@ class CircuitOutputSerializer(serializers.Serializer):
         ref_name = "Circuit"
 
 
-class CircuitListApi(APIView):
-    """GET: every tracked circuit."""
+DEGRADED_HEADER = "X-Circuits-Degraded"
+DEGRADED_DETAIL = (
+    "degraded: showing this process's local view (Redis is unreachable; other gateways may see other states)"
+)
 
-    @extend_schema(operation_id="circuit_list", responses=CircuitOutputSerializer(many=True))
+
+class CircuitListItemSerializer(CircuitOutputSerializer):
+    degraded = serializers.SerializerMethodField(
+        help_text=(
+            "True while this process cannot reach Redis: the row is its local view, not the state every gateway "
+            f"shares. The response then also carries the `{DEGRADED_HEADER}` header."
+        )
+    )
+
+    class Meta:
+        ref_name = "CircuitListItem"
+
+    def get_degraded(self, row: object) -> bool:
+        return bool(self.context.get("degraded"))
+
+
+class CircuitListApi(APIView):
+    """GET: every tracked circuit. Still a list; while Redis is unreachable every row says `degraded`."""
+
+    @extend_schema(
+        operation_id="circuit_list",
+        responses=CircuitListItemSerializer(many=True),
+        parameters=[
+            OpenApiParameter(
+                DEGRADED_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                response=True,
+                description="Present (with an explanation) while the circuits are this process's local view.",
+            )
+        ],
+    )
     def get(self, request: Request) -> Response:
-        return Response(CircuitOutputSerializer(circuit_list(), many=True).data)
+        rows = circuit_list()
+        degraded = circuits_local_only()  # after the listing, which may be what found Redis unreachable
+        data = CircuitListItemSerializer(rows, many=True, context={"degraded": degraded}).data
+        headers = {DEGRADED_HEADER: DEGRADED_DETAIL} if degraded else None
+        return Response(data, headers=headers)
 
 
 class CircuitResetApi(APIView):

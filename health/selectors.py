@@ -206,6 +206,14 @@ def circuit_list() -> list[CircuitRow]:
     return [_row(s, config) for s in engine.list_circuits()]
 
 
+def circuits_local_only() -> bool:
+    """True while this process's engine cannot reach the shared state (Redis) and decides from its own view.
+
+    Read it after `circuit_list()`: a listing that fails to reach Redis switches the engine to local state.
+    """
+    return get_engine().degraded
+
+
 def circuit_get(*, provider: str, model: str) -> CircuitRow:
     """One circuit (a fresh closed one when untracked)."""
     engine = get_engine()

@@ -35,6 +35,7 @@ from health.selectors import (
     breaker_override_list,
     circuit_anchor,
     circuit_list,
+    circuits_local_only,
 )
 from health.services import breaker_config_update, breaker_override_delete, breaker_override_set, circuit_reset
 
@@ -126,6 +127,8 @@ def _table_context() -> dict[str, Any]:
     circuits = [_circuit_view(row, now) for row in circuit_list()]
     return {
         "circuits": circuits,
+        # Read after the listing, which may be what found Redis unreachable.
+        "degraded": circuits_local_only(),
         "open_count": sum(1 for c in circuits if c.row.state is State.OPEN),
         "half_open_count": sum(1 for c in circuits if c.row.state is State.HALF_OPEN),
         "updated_at": now,

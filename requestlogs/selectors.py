@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 
+import redis
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.contrib.auth.models import AnonymousUser
@@ -22,6 +24,7 @@ from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
 from chains.models import FallbackChain
 from controlplane.errors import ValidationFailed
 from controlplane.roles import Role, has_role
+from gateway.logsink import StreamKeys
 from requestlogs.models import RequestLog
 from requestlogs.tokens import seal, unseal
 from routing.models import Alias
@@ -443,3 +446,33 @@ def request_log_filter_options(*, viewer: Viewer) -> FilterOptions:
         teams=list(teams.values_list("pk", "name")),
         applications=list(applications.values_list("pk", "name")),
     )
+
+
+# ---------- Pipeline losses ----------
+
+
+@dataclass(frozen=True)
+class PipelineLosses:
+    """Request-log records lost on their way to the database, as counted in Redis (production only)."""
+
+    dropped: int  # trimmed by the stream's cap before ingestion, or dropped by a gateway's full buffer
+    since: datetime | None  # the first loss counted
+    dead_lettered: int  # set aside in the dead-letter stream (undecodable or refused by the database)
+
+
+def request_log_pipeline_losses() -> PipelineLosses | None:
+    """What the pipeline lost or set aside; None in embedded mode, when nothing was, or when Redis is away."""
+    if not settings.REDIS_URL:
+        return None
+    keys = StreamKeys(settings.REQUEST_LOG_STREAM)
+    try:
+        client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.5, socket_connect_timeout=0.5)
+        trimmed, dropped, since, dead = client.mget(keys.trimmed, keys.dropped, keys.lost_since, keys.dead_lettered)
+    except redis.RedisError:
+        return None  # the page must not fail with Redis; /readyz and /metrics report Redis itself
+    losses = PipelineLosses(
+        dropped=int(trimmed or 0) + int(dropped or 0),
+        since=datetime.fromtimestamp(int(since), tz=UTC) if since else None,
+        dead_lettered=int(dead or 0),
+    )
+    return losses if losses.dropped or losses.dead_lettered else None

@@ -16,9 +16,15 @@ def ingest_task() -> int:
     """Copy batches from the gateways' Redis stream into the database."""
     if not settings.REDIS_URL:
         return 0  # embedded mode: the gateway writes its logs itself
-    result = request_logs_ingest(redis_url=settings.REDIS_URL, stream=settings.REQUEST_LOG_STREAM)
+    result = request_logs_ingest(
+        redis_url=settings.REDIS_URL,
+        stream=settings.REQUEST_LOG_STREAM,
+        claim_idle_ms=settings.REQUEST_LOG_CLAIM_IDLE_SECONDS * 1000,
+    )
     if result.read:
-        log.info("request logs: read %d, inserted %d", result.read, result.inserted)
+        log.info(
+            "request logs: read %d, inserted %d, dead-lettered %d", result.read, result.inserted, result.dead_lettered
+        )
     return result.inserted
 
 

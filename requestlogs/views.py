@@ -56,6 +56,7 @@ from requestlogs.selectors import (
     request_log_get,
     request_log_labels,
     request_log_page,
+    request_log_pipeline_losses,
     status_class_of,
     viewer_for,
 )
@@ -259,6 +260,8 @@ def _list_context(
         "follow_seconds": FOLLOW_SECONDS,
         "updated_at": timezone.now(),
         "viewer": viewer,
+        # Admins run the pipeline: they are told when records never reached this page.
+        "losses": request_log_pipeline_losses() if with_form and has_role(request.user, Role.ADMIN) else None,
     }
     if options is not None:
         context["filter_choices"] = {

@@ -3,12 +3,13 @@ from django.db.models import Q
 
 from catalog.enums import ScopeType
 from catalog.models import LlmModel, Scoped
+from controlplane.validators import validate_name
 
 
 class RoutingRule(Scoped):
     """Rewrites the requested model for callers in a scope (before aliases and fallback)."""
 
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=200, validators=[validate_name])
     source_model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="routing_rules_from")
     target_model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="routing_rules_to")
     enabled = models.BooleanField(default=True)
@@ -36,7 +37,7 @@ class RoutingRule(Scoped):
 class Alias(models.Model):
     """A name clients may ask for, mapped to a concrete catalog model."""
 
-    name = models.CharField(max_length=128, unique=True)
+    name = models.CharField(max_length=128, unique=True, validators=[validate_name])
     model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="aliases")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -60,7 +61,7 @@ class Guardrail(Scoped):
     guardrail wins, a model-specific one before a catch-all in the same scope.
     """
 
-    name = models.CharField(max_length=200)
+    name = models.CharField(max_length=200, validators=[validate_name])
     model = models.ForeignKey(
         LlmModel,
         null=True,

@@ -14,6 +14,7 @@ from catalog.scopes import Scope, scope_validate
 from catalog.services import Errors, name_checked, raise_if_errors
 from controlplane.configbus import config_publish
 from controlplane.errors import ValidationFailed
+from controlplane.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
 from routing.models import Alias, Guardrail, GuardrailAction, RoutingRule
 
 RULE_NAME_MAX = 200
@@ -59,6 +60,8 @@ def _routing_rule_validate(data: RoutingRuleInput, *, exclude_pk: int | None) ->
     name = (data.name or "").strip()
     if not name:
         errors["name"] = ["Rule name is required and cannot be only whitespace."]
+    elif has_control_characters(name):
+        errors["name"] = [CONTROL_CHARACTERS_MESSAGE]
     elif len(name) > RULE_NAME_MAX:
         errors["name"] = [f"Rule name is at most {RULE_NAME_MAX} characters."]
     source = _model_named(errors, "source_model", data.source_model, label="Source model")
@@ -299,6 +302,8 @@ def _guardrail_validate(data: GuardrailInput) -> dict[str, Any]:
     name = (data.name or "").strip()
     if not name:
         errors["name"] = ["Guardrail name is required and cannot be only whitespace."]
+    elif has_control_characters(name):
+        errors["name"] = [CONTROL_CHARACTERS_MESSAGE]
     elif len(name) > GUARDRAIL_NAME_MAX:
         errors["name"] = [f"Guardrail name is at most {GUARDRAIL_NAME_MAX} characters."]
     if data.action not in GuardrailAction.values:

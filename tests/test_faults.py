@@ -1,7 +1,7 @@
 """The fault proxy itself, against the real Redis: it forwards, goes down, freezes and comes back."""
 
-import redis
 import pytest
+import redis
 
 from tests.conftest import TEST_REDIS_URL
 from tests.faults import FaultProxy

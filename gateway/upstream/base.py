@@ -11,7 +11,8 @@ from gateway.upstream.transport import FastTransport
 
 
 class UpstreamError(Exception):
-    """A call that produced no usable response. `kind` is "timeout" or "connection_error"."""
+    """A call that produced no usable response. `kind` is "timeout", "connection_error" or
+    "credential_unavailable" (the provider's stored API key cannot be decrypted; nothing was sent)."""
 
     def __init__(self, kind: str, message: str) -> None:
         super().__init__(message)

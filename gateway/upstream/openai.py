@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 
 import httpx
 
+from controlplane.crypto import ROTATION_FIX, Undecryptable
 from gateway.snapshot import ProviderInfo
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
 from gateway.upstream.transport import FastTransport, RawResponse, origin_of
+
+log = logging.getLogger(__name__)
 
 _PASS_HEADERS = {b"content-type", b"x-request-id", b"openai-processing-ms"}
 
@@ -30,17 +34,30 @@ class OpenAIAdapter(Adapter):
             "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
             "User-Agent: controlplane-gateway\r\n"
         )
+        # A stored key the configured keys cannot decrypt reads as "": sending the call without
+        # credentials would fail upstream in a misleading way (or reach an open endpoint), so refuse.
+        self._undecryptable = isinstance(provider.api_key, Undecryptable)
         if provider.api_key:
             head += f"Authorization: Bearer {_header_safe(provider.api_key)}\r\n"
         self._head = head.encode()
 
     async def chat(self, body: bytes, *, stream: bool) -> UpstreamResponse:
         name = self.provider.name
-        payload = self._head + b"Content-Length: %d\r\n\r\n" % len(body) + body
+        if self._undecryptable:
+            log.error("Provider %s: its stored API key cannot be decrypted; not calling it. %s", name, ROTATION_FIX)
+            raise UpstreamError(
+                "credential_unavailable",
+                f"The API key of provider {name} cannot be decrypted by the gateway, so it was not called. "
+                "An administrator must restore the encryption keys (see the gateway log).",
+            )
+        # The head and the body are written one after the other: the body (up to the gateway's body
+        # limit) is never copied into one buffer with the head.
+        head = self._head + b"Content-Length: %d\r\n\r\n" % len(body)
         try:
             raw = await self.transport.send_raw(
                 self._origin,
-                payload,
+                head,
+                body=body,
                 connect_timeout=self.provider.connect_timeout,
                 read_timeout=self.provider.read_timeout,
             )

@@ -310,9 +310,16 @@ class FastTransport(httpx.AsyncBaseTransport):
         return conn
 
     async def send_raw(
-        self, origin: Origin, payload: bytes, *, connect_timeout: float | None, read_timeout: float | None
+        self,
+        origin: Origin,
+        payload: bytes,
+        *,
+        body: bytes = b"",
+        connect_timeout: float | None,
+        read_timeout: float | None,
     ) -> RawResponse:
-        """Write one complete HTTP/1.1 request (head and body) and return once the response head arrived."""
+        """Write one complete HTTP/1.1 request (`payload`, then `body` if given) and return once the
+        response head arrived. The two are written without being joined, so a large body is not copied."""
         slots = self._slots.get(origin)
         if slots is None:
             slots = self._slots[origin] = asyncio.Semaphore(self._max_connections)
@@ -325,7 +332,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         else:
             await slots.acquire()  # a free slot: no waiting, no timer
         try:
-            return await self._send(origin, payload, slots, connect_timeout, read_timeout)
+            return await self._send(origin, payload, body, slots, connect_timeout, read_timeout)
         except BaseException:
             slots.release()
             raise
@@ -334,6 +341,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         self,
         origin: Origin,
         payload: bytes,
+        body: bytes,
         slots: asyncio.Semaphore,
         connect_timeout: float | None,
         read_timeout: float | None,
@@ -348,7 +356,10 @@ class FastTransport(httpx.AsyncBaseTransport):
             assert conn.transport is not None
             sent_at = loop.time()
             try:
-                conn.transport.write(payload)
+                if body:
+                    conn.transport.writelines((payload, body))
+                else:
+                    conn.transport.write(payload)
                 while not conn.headers_done:
                     if conn.error is not None or conn.closed:
                         raise conn.error or httpx.RemoteProtocolError("Upstream closed the connection.")

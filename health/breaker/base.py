@@ -6,9 +6,10 @@ from abc import ABC, abstractmethod
 
 from health.breaker.types import CircuitSnapshot, ConfigSet, Decision, Outcome, ResetResult
 
-# A probe that never reports (its process died) frees the half-open slot after this long.
-# Longer than the default upstream read timeout (60 s) so a slow but live probe keeps its slot.
-DEFAULT_PROBE_TIMEOUT_SECONDS = 90.0
+# A probe that never reports (its process died) frees the half-open slot after this long. At least the
+# gateway's upstream deadline (GATEWAY_DEADLINE_SECONDS, 300 s by default) so a slow but live probe keeps
+# its slot; deployments set it with BREAKER_PROBE_TIMEOUT_SECONDS (checked against the deadline at startup).
+DEFAULT_PROBE_TIMEOUT_SECONDS = 330.0
 
 
 class BreakerUnavailable(Exception):

@@ -133,6 +133,7 @@ def get_engine() -> BreakerEngine:
                 redis_url=redis_url,
                 namespace=getattr(settings, "BREAKER_REDIS_NAMESPACE", DEFAULT_NAMESPACE),
                 config=load_config(),
+                probe_timeout_seconds=getattr(settings, "BREAKER_PROBE_TIMEOUT_SECONDS", None),
                 config_channel=CHANNEL if redis_url else None,
                 config_loader=_load_config_in_subscriber if redis_url else None,
             )

@@ -2,7 +2,7 @@
 
 KEYS (all share the circuit's hash tag `{provider/model}`, see redis_backend.circuit_tag):
   1 = state hash, 2 = sorted set of every counted outcome, 3 = sorted set of the failures
-  (score = time in ms, member = per-circuit sequence number).
+  (score = time in ms, member = per-circuit sequence number), 4 = set of released probe tickets.
 ARGV[1] = time override in ms ('' in production: the script reads Redis TIME, the one clock every
 process shares). ARGV[2] = transition channel, ARGV[3] = provider, ARGV[4] = model.
 Every script replies with the eight circuit fields of `reply()` after its own leading values.
@@ -11,6 +11,11 @@ Every script replies with the eight circuit fields of `reply()` after its own le
 PRELUDE = r"""
 local function now_ms()
   if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- Redis TIME even in test mode: a caller's deadline is real time (its socket timeout), not the breaker's clock.
+local function real_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
@@ -50,7 +55,8 @@ local function concat(head, c)
 end
 """
 
-# ARGV[5] = probe timeout in ms. Reply: allowed, probe, then the circuit.
+# ARGV[5] = probe timeout in ms, [6] = the caller's deadline in Redis TIME ms ('' = none), [7] = the
+# caller's ticket ('' = none). Reply: allowed, probe, then the circuit.
 ALLOW = (
     PRELUDE
     + r"""
@@ -59,16 +65,42 @@ local c = load()
 if c.state == 'closed' then return concat({'1', '0'}, c) end
 if c.state == 'open' then
   if now < c.cooldown_until then return concat({'0', '0'}, c) end
-  c.state = 'half_open'
 elseif c.probe_at ~= nil and now < c.probe_at + tonumber(ARGV[5]) then
   return concat({'0', '0'}, c)
 end
+-- The caller stopped waiting for this reply (the script runs late, say after a frozen connection resumed)
+-- or has released its ticket: a slot granted now would be held by nobody until the probe timeout.
+if ARGV[6] ~= '' and real_ms() > tonumber(ARGV[6]) then return concat({'0', '0'}, c) end
+if ARGV[7] ~= '' and redis.call('SISMEMBER', KEYS[4], ARGV[7]) == 1 then return concat({'0', '0'}, c) end
 -- Half-open with a free (or abandoned) slot: this caller is the probe.
+c.state = 'half_open'
 c.probe_at = now
 c.gen = c.gen + 1
 save(c)
+redis.call('HSET', KEYS[1], 'probe_ticket', ARGV[7])
 publish(c)
 return concat({'1', '1'}, c)
+"""
+)
+
+# ARGV[5] = a ticket whose allow() the caller gave up on, [6] = how long to remember it (ms).
+# Frees the slot if that ticket holds it; otherwise remembers the ticket so that the allow, should it
+# still arrive, grants nothing. Reply: 'released' | 'ignored', then the circuit.
+RELEASE = (
+    PRELUDE
+    + r"""
+redis.call('SADD', KEYS[4], ARGV[5])
+redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]))
+local c = load()
+if c.state == 'half_open' and c.probe_at ~= nil and redis.call('HGET', KEYS[1], 'probe_ticket') == ARGV[5] then
+  c.probe_at = nil
+  c.gen = c.gen + 1
+  save(c)
+  redis.call('HDEL', KEYS[1], 'probe_ticket')
+  publish(c)
+  return concat({'released'}, c)
+end
+return concat({'ignored'}, c)
 """
 )
 
@@ -187,4 +219,4 @@ return head
 """
 )
 
-SCRIPTS = {"allow": ALLOW, "record": RECORD, "snapshot": SNAPSHOT, "reset": RESET}
+SCRIPTS = {"allow": ALLOW, "record": RECORD, "snapshot": SNAPSHOT, "reset": RESET, "release": RELEASE}

@@ -86,6 +86,8 @@ class MemoryEngine(BreakerEngine):
     ) -> None:
         self._clock = clock or SystemClock()
         self._config = config or ConfigSet()
+        if not probe_timeout_seconds > 0:
+            raise ValueError(f"probe_timeout_seconds must be positive, got {probe_timeout_seconds!r}")
         self._probe_timeout = probe_timeout_seconds
         self._circuits: dict[tuple[str, str], _Circuit] = {}
         self._lock = threading.Lock()

@@ -11,6 +11,9 @@ The request path never waits on Redis for a closed circuit:
 - If Redis fails or hangs (socket timeouts of 50 ms, no retries), the engine switches to a local
   MemoryEngine seeded from the mirror, logs once, and the subscriber thread keeps trying to reconnect;
   when Redis answers again it resynchronises the mirror and Redis is the truth again.
+- A probe round trip the caller gave up on must not leave a slot held by nobody: the script gets the
+  caller's deadline (Redis TIME) and grants nothing once it has passed, and the engine releases the
+  ticket of every such call when Redis answers again.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import queue
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -52,6 +56,7 @@ _FIELDS = 8  # circuit fields in every script reply (see lua.reply)
 _STOP = object()
 _MAX_PENDING = 100_000
 _BATCH = 256
+_MAX_ABANDONED = 10_000
 
 
 class _Flush:
@@ -132,6 +137,8 @@ class RedisEngine(BreakerEngine):
         self._time_override = clock is not None
         self._clock: Clock = clock or SystemClock()
         self._config = config or ConfigSet()
+        if not probe_timeout_seconds > 0:
+            raise ValueError(f"probe_timeout_seconds must be positive, got {probe_timeout_seconds!r}")
         self._probe_timeout_ms = _ms(probe_timeout_seconds)
         self._probe_timeout_seconds = probe_timeout_seconds
         self._ns = namespace
@@ -141,6 +148,7 @@ class RedisEngine(BreakerEngine):
         self._config_loader = config_loader
         self._resync_interval = resync_interval
         self._reconnect_interval = reconnect_interval
+        self._socket_timeout_ms = _ms(socket_timeout)
         no_retry = Retry(NoBackoff(), 0)
         # The request path (allow's probe round trip): tight timeouts, no retries, so a hanging
         # Redis costs a caller at most ~socket_timeout.
@@ -169,6 +177,10 @@ class RedisEngine(BreakerEngine):
         self._update_seq = 0
         self._registered: set[tuple[str, str]] = set()
         self._offset_ms = 0  # Redis TIME minus the local clock, measured at each resync
+        self._real_offset_ms = 0  # Redis TIME minus time.time() (the same unless a test clock is injected)
+        # (provider, model, ticket) of probe round trips that timed out: released when Redis answers again.
+        self._abandoned: list[tuple[str, str, str]] = []
+        self._abandoned_lock = threading.Lock()
         self._degraded = False
         self._local: MemoryEngine | None = None
         self._state_lock = threading.Lock()
@@ -189,7 +201,7 @@ class RedisEngine(BreakerEngine):
     def _keys(self, provider: str, model: str) -> list[str]:
         # One hash tag per circuit: its three keys live in one cluster slot, so a script may touch them all.
         tag = f"{self._ns}:{{{circuit_tag(provider, model)}}}"
-        return [f"{tag}:s", f"{tag}:w", f"{tag}:f"]
+        return [f"{tag}:s", f"{tag}:w", f"{tag}:f", f"{tag}:r"]
 
     def _now_arg(self) -> str:
         return str(_ms(self._clock.now())) if self._time_override else ""
@@ -247,9 +259,18 @@ class RedisEngine(BreakerEngine):
         if entry.state is State.HALF_OPEN and probe_at is not None and now < probe_at + self._probe_timeout_ms:
             return entry.refused
         # The cooldown may be over (by Redis TIME): only Redis can hand out the single probe slot.
+        # The deadline (Redis TIME) is half of this call's socket timeout: the script must run early enough for
+        # its reply to come back before the caller stops waiting, and the other half absorbs the error of the
+        # clock offset. A script that runs later (the command sat in a frozen connection) grants nothing.
+        ticket = secrets.token_hex(8)
+        deadline = _ms(time.time()) + self._real_offset_ms + self._socket_timeout_ms // 2
         try:
-            raw = self._eval("allow", provider, model, str(self._probe_timeout_ms), fast=True)
+            raw = self._eval("allow", provider, model, str(self._probe_timeout_ms), str(deadline), ticket, fast=True)
         except RedisError as exc:
+            # The command may still reach Redis: release its ticket once Redis answers again.
+            with self._abandoned_lock:
+                if len(self._abandoned) < _MAX_ABANDONED:
+                    self._abandoned.append((provider, model, ticket))
             self._enter_degraded(exc)
             return self._local_allow(provider, model)
         fields = _Fields(raw[2 : 2 + _FIELDS])
@@ -284,15 +305,38 @@ class RedisEngine(BreakerEngine):
                 self._update_seq += 1
                 self._mirror[key] = _Mirror(provider, model, fields, self._update_seq)
 
+    def _release_abandoned(self) -> None:
+        """Release the ticket of every probe round trip that timed out (raises RedisError if Redis fails again).
+
+        If the late allow granted the slot, it is freed now; if it has not arrived yet, it will grant nothing.
+        """
+        with self._abandoned_lock:
+            pending = list(self._abandoned)
+        if not pending:
+            return
+        remember = str(self._probe_timeout_ms)
+        for provider, model, ticket in pending:
+            raw = self._eval("release", provider, model, ticket, remember)
+            if raw[0] == "released":
+                self._mirror_update(provider, model, _Fields(raw[1 : 1 + _FIELDS]))
+                log.info("breaker: released the probe slot of %s/%s taken by a timed-out call", provider, model)
+            with self._abandoned_lock:
+                self._abandoned.remove((provider, model, ticket))
+
     def _resync(self) -> None:
         """Reload every tracked circuit from Redis and swap the mirror in one step."""
         self._load_scripts()
+        self._release_abandoned()
         started_seq = self._update_seq
         t0 = self._clock.now()
+        r0 = time.time()
         seconds, micros = self._client.time()
         t1 = self._clock.now()
+        r1 = time.time()
+        redis_ms = seconds * 1000 + micros // 1000
+        self._real_offset_ms = redis_ms - _ms((r0 + r1) / 2)
         if not self._time_override:
-            self._offset_ms = (seconds * 1000 + micros // 1000) - _ms((t0 + t1) / 2)
+            self._offset_ms = redis_ms - _ms((t0 + t1) / 2)
         members = sorted(self._client.smembers(self._registry))  # type: ignore[arg-type]
         pairs = [tuple(json.loads(m)) for m in members]
         pipe = self._client.pipeline(transaction=False)
@@ -374,7 +418,9 @@ class RedisEngine(BreakerEngine):
     def _local_engine(self) -> MemoryEngine:
         local = self._local
         if local is None:  # raced with _leave_degraded: a throwaway engine answers this one call
-            local = MemoryEngine(clock=self._clock, config=self._config)
+            local = MemoryEngine(
+                clock=self._clock, config=self._config, probe_timeout_seconds=self._probe_timeout_seconds
+            )
         return local
 
     def _local_allow(self, provider: str, model: str) -> Decision:

@@ -58,7 +58,8 @@ def test_undecryptable_secret_reads_empty_and_survives_a_save():
     raw = _raw("catalog_provider", "api_key", provider.pk)
     crypto._fernet.cache_clear()
     try:
-        with override_settings(FIELD_ENCRYPTION_KEYS=["2" * 43 + "="]):
+        # A rotated SECRET_KEY too: keys derived from SECRET_KEY also decrypt (controlplane.crypto).
+        with override_settings(SECRET_KEY="rotated-" + "r" * 50, FIELD_ENCRYPTION_KEYS=["2" * 43 + "="]):
             loaded = Provider.objects.get(pk=provider.pk)
             loaded.base_url = "http://127.0.0.1:9/elsewhere"
             loaded.save()

@@ -1,0 +1,289 @@
+"""Hostile and maximal request bodies against one production-mode gateway worker.
+
+Starts the simulator and ONE gateway worker (`manage.py run_gateway`: Redis breaker, request
+logs to a Redis stream, config from a SQLite file this script prepares, like bench/gateway.py),
+then sends rounds of concurrent bodies while another process polls /healthz every 10 ms:
+
+    small   the most messages the limits allow, each carrying a string, ~10 MiB in all
+    huge    two messages of ~5 MiB strings each
+    hostile ~3.5 million empty messages in ~10 MiB (must get a fast 400 and reach no upstream)
+
+It prints, per round, the statuses, the slowest answer, the worker's peak resident memory (sampled
+from /proc/<pid>/status every 20 ms, and VmHWM), its memory after the round, and /healthz max and
+p99 latency. A watchdog stops the worker if it passes --rss-limit MiB (the machine is shared).
+
+    .venv/bin/python bench/hostile_bodies.py [--concurrency 50] [--hostile-concurrency 50]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.client
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.gateway import _worker_pid, free_port, prepare, wait_ready  # noqa: E402
+
+MIB = 1024 * 1024
+BODY_LIMIT = 10 * MIB
+MESSAGES = 2048
+
+
+def small_body() -> bytes:
+    """MESSAGES messages, each with one string, filling the body limit."""
+    head = b'{"model":"gpt-4o","messages":['
+    overhead = len(b'{"role":"user","content":""},') * MESSAGES + len(head) + 2
+    each = (BODY_LIMIT - overhead - 4096) // MESSAGES
+    text = ("lorem ipsum, dolor: sit {amet} " * (each // 31 + 1))[:each]
+    message = json.dumps({"role": "user", "content": text}, separators=(",", ":")).encode()
+    return head + b",".join([message] * MESSAGES) + b"]}"
+
+
+def huge_body() -> bytes:
+    """Two messages of ~5 MiB strings."""
+    each = (BODY_LIMIT - 4096) // 2
+    text = ("All work and no play makes Jack a dull boy. " * (each // 44 + 1))[:each]
+    messages = [{"role": "system", "content": text}, {"role": "user", "content": text}]
+    return json.dumps({"model": "gpt-4o", "messages": messages}, separators=(",", ":")).encode()
+
+
+def hostile_body() -> bytes:
+    """~3.5 million empty messages in ~10 MiB."""
+    head = b'{"model":"gpt-4o","messages":['
+    count = (BODY_LIMIT - len(head) - 8) // 3
+    return head + b",".join([b"{}"] * count) + b"]}"
+
+
+def rss_of(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of a process in MiB."""
+    values = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("VmRSS:", "VmHWM:")):
+            key, value = line.split(":", 1)
+            values[key] = int(value.split()[0]) / 1024
+    return values["VmRSS"], values["VmHWM"]
+
+
+class Sampler(threading.Thread):
+    """Samples the worker's RSS every 20 ms; kills it past `limit` MiB."""
+
+    def __init__(self, pid: int, limit: float) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.limit = pid, limit
+        self.peak = 0.0
+        self.killed = False
+        self.stop = threading.Event()
+
+    def reset(self) -> None:
+        self.peak = 0.0
+
+    def run(self) -> None:
+        while not self.stop.wait(0.02):
+            try:
+                rss, _ = rss_of(self.pid)
+            except (FileNotFoundError, ProcessLookupError, KeyError):
+                return
+            self.peak = max(self.peak, rss)
+            if rss > self.limit:
+                self.killed = True
+                os.kill(self.pid, 9)
+                return
+
+
+def poll_healthz(url: str, out: str, stop_file: str) -> None:
+    """Child process: GET /healthz every 10 ms on one keep-alive connection; one latency (ms) per line."""
+    host, port = url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=30)
+    with open(out, "w") as f:
+        while not os.path.exists(stop_file):
+            t0 = time.perf_counter()
+            try:
+                conn.request("GET", "/healthz")
+                conn.getresponse().read()
+                f.write(f"{(time.perf_counter() - t0) * 1000:.3f}\n")
+            except (OSError, http.client.HTTPException):
+                f.write("error\n")
+                conn.close()
+                conn = http.client.HTTPConnection(host, int(port), timeout=30)
+            f.flush()
+            time.sleep(0.01)
+
+
+async def send_round(url: str, key: str, body: bytes, n: int) -> tuple[dict[int, int], float, float]:
+    """n concurrent POSTs of `body`: ({status: count}, slowest answer s, wall time s)."""
+    headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+    limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
+    statuses: dict[int, int] = {}
+    slowest = 0.0
+    async with httpx.AsyncClient(timeout=300, limits=limits) as client:
+
+        async def one() -> None:
+            nonlocal slowest
+            t0 = time.perf_counter()
+            try:
+                response = await client.post(url, content=body, headers=headers)
+                status = response.status_code
+            except httpx.HTTPError:
+                status = 0  # connection refused or reset
+            slowest = max(slowest, time.perf_counter() - t0)
+            statuses[status] = statuses.get(status, 0) + 1
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(n)))
+    return statuses, slowest, time.perf_counter() - t0
+
+
+def latencies(path: str) -> tuple[list[float], int]:
+    values, errors = [], 0
+    for line in Path(path).read_text().splitlines():
+        if line == "error":
+            errors += 1
+        elif line:
+            values.append(float(line))
+    return values, errors
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--concurrency", type=int, default=50)
+    parser.add_argument("--hostile-concurrency", type=int, default=50)
+    parser.add_argument("--rss-limit", type=float, default=4096, help="MiB; the worker is killed past it")
+    parser.add_argument("--redis-url", default=os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--poll", nargs=3, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.poll:
+        poll_healthz(*args.poll)
+        return
+
+    bodies = {"small": small_body(), "huge": huge_body(), "hostile": hostile_body()}
+    work = Path(tempfile.mkdtemp(prefix="cp-hostile-"))
+    sim_port, gw_port = free_port(), free_port()
+    sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
+    namespace = f"bench:{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
+        "REDIS_URL": args.redis_url,
+        "SECRET_KEY": "bench-" + uuid.uuid4().hex,
+        "BREAKER_REDIS_NAMESPACE": namespace,
+        "REQUEST_LOG_STREAM": f"{namespace}:requestlogs",
+        "CONTROLPLANE_VAR_DIR": str(work),
+        "LOG_LEVEL": "WARNING",
+    }
+    key = prepare(env, sim_url)
+    procs: list[subprocess.Popen] = []
+    rows = []
+    stop_file = str(work / "stop")
+    try:
+        sim = subprocess.Popen(
+            [sys.executable, "manage.py", "run_simulator", "--port", str(sim_port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        procs.append(sim)
+        wait_ready(f"{sim_url}/_sim/state", sim)
+        gw = subprocess.Popen(
+            [sys.executable, "manage.py", "run_gateway", "--port", str(gw_port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        procs.append(gw)
+        wait_ready(f"{gw_url}/readyz", gw)
+        pid = _worker_pid(gw.pid)
+        chat = f"{gw_url}/v1/chat/completions"
+        small = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
+        asyncio.run(send_round(chat, key, small, 20))  # warm up
+        baseline, _ = rss_of(pid)
+        sampler = Sampler(pid, args.rss_limit)
+        sampler.start()
+        for name in ("small", "huge", "hostile"):
+            n = args.hostile_concurrency if name == "hostile" else args.concurrency
+            upstream_before = _upstream_calls(sim_url)
+            out = str(work / f"healthz-{name}.txt")
+            if os.path.exists(stop_file):
+                os.unlink(stop_file)
+            poller = subprocess.Popen([sys.executable, __file__, "--poll", gw_url, out, stop_file], cwd=ROOT)
+            time.sleep(0.3)  # let the poller take its first samples before the load starts
+            sampler.reset()
+            statuses, slowest, wall = asyncio.run(send_round(chat, key, bodies[name], n))
+            time.sleep(0.3)
+            Path(stop_file).touch()
+            poller.wait(timeout=60)
+            peak = sampler.peak
+            if sampler.killed:
+                rows.append((name, n, len(bodies[name]), statuses, slowest, wall, peak, None, None, out, None))
+                break
+            after, hwm = rss_of(pid)
+            upstream = _upstream_calls(sim_url) - upstream_before
+            rows.append((name, n, len(bodies[name]), statuses, slowest, wall, peak, after, hwm, out, upstream))
+        time.sleep(2)
+        settled = None if sampler.killed else rss_of(pid)[0]
+        sampler.stop.set()
+    finally:
+        Path(stop_file).touch()
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        import redis
+
+        client = redis.Redis.from_url(args.redis_url)
+        for k in client.scan_iter(f"{namespace}*"):
+            client.delete(k)
+
+    print(
+        f"\nHostile bodies — {os.cpu_count()} cores, one gateway worker, "
+        f"resident memory after warm-up {baseline:.0f} MiB\n"
+    )
+    print(
+        "| round | concurrent | body | statuses | slowest answer | round time | peak RSS | RSS after | VmHWM "
+        "| /healthz max | /healthz p99 | /healthz samples (errors) | upstream calls |"
+    )
+    print("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, n, size, statuses, slowest, wall, peak, after, hwm, out, upstream in rows:
+        values, errors = latencies(out)
+        p99 = statistics.quantiles(values, n=100)[98] if len(values) >= 2 else float("nan")
+        mx = max(values) if values else float("nan")
+        status_text = ", ".join(f"{count}×{status}" for status, count in sorted(statuses.items()))
+        after_text = f"{after:.0f} MiB" if after is not None else "killed"
+        hwm_text = f"{hwm:.0f} MiB" if hwm is not None else "—"
+        print(
+            f"| {name} | {n} | {size / MIB:.1f} MiB | {status_text} | {slowest:.2f} s | {wall:.2f} s "
+            f"| {peak:.0f} MiB | {after_text} | {hwm_text} | {mx:.1f} ms | {p99:.1f} ms | {len(values)} ({errors}) "
+            f"| {upstream if upstream is not None else '—'} |"
+        )
+    if sampler.killed:
+        print(f"\nThe worker passed {args.rss_limit:.0f} MiB and was killed by the watchdog.")
+    else:
+        print(f"\nResident memory 2 s after the last round: {settled:.0f} MiB")
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def _upstream_calls(sim_url: str) -> int:
+    state = httpx.get(f"{sim_url}/_sim/state", timeout=30).json()
+    return sum(entry["requests"] for entry in state.values())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""The chain console form refuses control characters in names with a field error."""
+
+from django.urls import reverse
+
+from chains.models import FallbackChain
+from controlplane.validators import CONTROL_CHARACTERS_MESSAGE
+from tests.chains.test_views import catalog, error_text, form_data  # noqa: F401 - catalog is a fixture
+
+
+def test_console_chain_form_shows_the_field_error(admin_client, catalog):  # noqa: F811
+    response = admin_client.post(reverse("chains:create"), form_data(name="gpt-4o\r\nfallback"))
+
+    assert response.status_code == 200
+    assert error_text(response, "id_name") == [CONTROL_CHARACTERS_MESSAGE]
+    assert not FallbackChain.objects.exists()

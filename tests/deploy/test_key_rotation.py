@@ -1,0 +1,102 @@
+"""Rotating SECRET_KEY: real processes, a real SQLite database, keys switched between them."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from controlplane.crypto import derived_key
+
+ROOT = Path(__file__).resolve().parents[2]
+OLD_KEY = "old-secret-key-" + "o" * 50
+NEW_KEY = "new-secret-key-" + "n" * 50
+READ_KEY = (
+    "import django; django.setup(); from catalog.models import Provider; "
+    "print(repr(Provider.objects.get(name='openai').api_key))"
+)
+CREATE = (
+    "import django; django.setup(); from catalog.models import Provider; "
+    "Provider.objects.create(name='openai', base_url='http://127.0.0.1:9/v1', api_key='sk-before-rotation')"
+)
+
+
+def _run(db: Path, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
+    keep = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"SECRET_KEY", "SECRET_KEY_FALLBACKS", "FIELD_ENCRYPTION_KEYS", "REDIS_URL", "DATABASE_URL"}
+    }
+    return subprocess.run(
+        [sys.executable, *args],
+        env={**keep, "DJANGO_SETTINGS_MODULE": "controlplane.settings", "DATABASE_URL": f"sqlite:///{db}", **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.fixture(scope="module")
+def db(tmp_path_factory) -> Path:
+    """A migrated database holding one provider key encrypted under OLD_KEY."""
+    path = tmp_path_factory.mktemp("rotation") / "db.sqlite3"
+    migrated = _run(path, ["manage.py", "migrate", "--noinput"], SECRET_KEY=OLD_KEY)
+    assert migrated.returncode == 0, migrated.stderr
+    created = _run(path, ["-c", CREATE], SECRET_KEY=OLD_KEY)
+    assert created.returncode == 0, created.stderr
+    return path
+
+
+def test_the_old_key_reads_its_secret(db):
+    assert _run(db, ["-c", READ_KEY], SECRET_KEY=OLD_KEY).stdout.strip() == "'sk-before-rotation'"
+
+
+def test_a_rotated_secret_key_fails_the_system_check_loudly(db):
+    result = _run(db, ["manage.py", "check"], SECRET_KEY=NEW_KEY)
+
+    assert result.returncode == 1
+    assert "catalog.E001" in result.stderr
+    assert "1 stored provider api_key(s) cannot be decrypted with the configured keys" in result.stderr
+    assert "Set FIELD_ENCRYPTION_KEYS to the old Fernet key(s)" in result.stderr
+    assert "SECRET_KEY_FALLBACKS" in result.stderr
+
+
+def test_run_gateway_and_run_embedded_refuse_to_start(db):
+    # Both run the system checks before serving (exit 1 before binding a port).
+    gateway = _run(db, ["manage.py", "run_gateway", "--port", "1"], SECRET_KEY=NEW_KEY)
+    embedded = _run(db, ["manage.py", "run_embedded", "--port", "1"], SECRET_KEY=NEW_KEY)
+
+    for result in (gateway, embedded):
+        assert result.returncode == 1
+        assert "catalog.E001" in result.stderr
+
+
+@pytest.mark.parametrize("program", ["worker", "beat"])
+def test_celery_refuses_to_start(db, program, tmp_path):
+    args = ["-m", "celery", "-A", "controlplane", program, "--loglevel", "warning"]
+    if program == "beat":
+        args += ["--schedule", str(tmp_path / "celerybeat-schedule")]
+    result = _run(db, args, SECRET_KEY=NEW_KEY)
+
+    assert result.returncode == 1
+    assert "catalog.E001" in result.stderr
+
+
+def test_the_old_secret_key_as_fallback_recovers_the_secret(db):
+    env = {"SECRET_KEY": NEW_KEY, "SECRET_KEY_FALLBACKS": OLD_KEY}
+
+    assert _run(db, ["manage.py", "check"], **env).returncode == 0
+    assert _run(db, ["-c", READ_KEY], **env).stdout.strip() == "'sk-before-rotation'"
+
+
+def test_the_old_fernet_key_in_field_encryption_keys_recovers_the_secret(db):
+    new_fernet = derived_key("an unrelated new fernet source")
+    env = {"SECRET_KEY": NEW_KEY, "FIELD_ENCRYPTION_KEYS": f"{new_fernet},{derived_key(OLD_KEY)}"}
+
+    check = _run(db, ["manage.py", "check"], **env)
+
+    assert check.returncode == 0, check.stderr
+    assert _run(db, ["-c", READ_KEY], **env).stdout.strip() == "'sk-before-rotation'"

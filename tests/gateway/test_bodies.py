@@ -1,0 +1,293 @@
+"""Hostile request bodies: structure limits before the parse, repeated keys, one body upstream, the body budget."""
+
+import asyncio
+import json
+import socket
+import time
+import tracemalloc
+from dataclasses import replace
+
+import httpx
+import orjson
+import pytest
+
+from gateway.app import GatewayApp
+from gateway.bodies import BodyBudget, BodyLimits, structure
+from gateway.config import ConfigHolder
+from gateway.logsink import LogSink
+from health.breaker.factory import build_engine
+from health.breaker.types import ConfigSet, ManualClock
+from requestlogs.models import RequestLog
+from tests.gateway.conftest import TEST_BREAKER
+from tests.servers import run_async, serve
+
+MIB = 1024 * 1024
+SMALL = BodyLimits(max_messages=3, max_content_parts=2, max_tools=2, max_depth=8, max_values=200, max_string_chars=100)
+
+
+def user(text="hi"):
+    return {"role": "user", "content": text}
+
+
+def nested(depth):
+    value = {}
+    for _ in range(depth - 1):
+        value = {"a": value}
+    return value
+
+
+def gateway_app(**kwargs):
+    return GatewayApp(
+        config=ConfigHolder(),
+        engine=build_engine(clock=ManualClock(), config=ConfigSet(default=TEST_BREAKER)),
+        sink=LogSink(flush_seconds=0.05),
+        **kwargs,
+    )
+
+
+def post_raw(url, secret, content, timeout=60):
+    return httpx.post(
+        f"{url}/v1/chat/completions",
+        content=content,
+        headers={"authorization": f"Bearer {secret}", "content-type": "application/json"},
+        timeout=timeout,
+    )
+
+
+def object_keys(raw):
+    """The keys of every object in a JSON text, as written (repeats included)."""
+    objects = []
+    json.loads(raw, object_pairs_hook=lambda items: objects.append([k for k, _ in items]) or dict(items))
+    return objects
+
+
+def until(predicate, timeout=10):
+    """Bounded wait for the server thread's progress (not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize(
+    ("body", "code", "param", "says"),
+    [
+        ({"messages": [user()] * 4}, "array_above_max_length", "messages", "maximum length 3"),
+        (
+            {"messages": [user(), {"role": "user", "content": [{"type": "text", "text": "a"}] * 3}]},
+            "array_above_max_length",
+            "messages[1].content",
+            "maximum length 2",
+        ),
+        (
+            {"messages": [user()], "tools": [{"type": "function", "function": {"name": "f"}}] * 3},
+            "array_above_max_length",
+            "tools",
+            "maximum length 2",
+        ),
+        (
+            {"messages": [{"role": "assistant", "tool_calls": [{"id": "c"}] * 3}, user()]},
+            "array_above_max_length",
+            "messages[0].tool_calls",
+            "maximum length 2",
+        ),
+        ({"messages": [user()], "metadata": nested(8)}, "json_too_deep", "metadata.a.a.a.a.a.a.a", "8 levels"),
+        ({"messages": [user("x" * 101)]}, "string_above_max_length", "messages[0].content", "maximum length 100"),
+        ({"messages": [user()] * 60}, "too_many_json_values", None, "more than 200 JSON keys and values"),
+    ],
+    ids=["messages", "content-parts", "tools", "tool-calls", "depth", "string", "values"],
+)
+def test_each_limit_is_a_400_naming_the_parameter_and_nothing_goes_upstream(world, body, code, param, says):
+    app = gateway_app(limits=SMALL)
+    with serve(app, lifespan=True) as url:
+        response = post_raw(url, world.secret, orjson.dumps({"model": "gpt-4o", **body}))
+        assert app.sink.flush(timeout=10)
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["type"], error["code"], error["param"]) == ("invalid_request_error", code, param)
+    assert says in error["message"]
+    assert world.sim.requests == {}
+    row = RequestLog.objects.get()
+    assert (row.status, row.error_kind, row.request_id) == (400, code, response.headers["x-vidai-request-id"])
+
+
+def test_a_body_just_inside_every_limit_is_served(world):
+    app = gateway_app(limits=SMALL)
+    body = {
+        "model": "gpt-4o",
+        "messages": [user("x" * 100), {"role": "user", "content": [{"type": "text", "text": "a"}] * 2}, user()],
+        "tools": [{"type": "function", "function": {"name": "f"}}] * 2,
+        "metadata": nested(7),
+    }
+    with serve(app, lifespan=True) as url:
+        response = post_raw(url, world.secret, orjson.dumps(body))
+
+    assert response.status_code == 200
+    assert orjson.loads(world.sim.last_bodies["openai"]) == body
+
+
+def test_a_legitimate_maximal_request_passes_the_default_limits(world):
+    """2,048 messages of ~4 KiB and 128 tools (~9 MiB): parsed in the worker thread, forwarded whole."""
+    text = "word " * 800
+    body = {
+        "model": "gpt-4o",
+        "messages": [user(text) for _ in range(2048)],
+        "tools": [
+            {"type": "function", "function": {"name": f"tool_{i}", "parameters": {"type": "object"}}}
+            for i in range(128)
+        ],
+    }
+    raw = orjson.dumps(body)
+    assert len(raw) > BodyLimits().large_body * 30
+    app = gateway_app()  # default limits and body size
+    with serve(app, lifespan=True) as url:
+        response = post_raw(url, world.secret, raw)
+
+    assert response.status_code == 200
+    assert response.json()["usage"]["prompt_tokens"] == 2048 * 800 + 3  # the simulator saw every message
+    assert world.sim.last_bodies["openai"] == raw  # nothing repeated, model unchanged: the bytes as sent
+    assert app.body_budget.free == app.body_budget.capacity
+
+
+def test_a_huge_hostile_body_is_refused_before_it_is_parsed(world):
+    """~3.5 million empty messages in 10 MiB: 400 without the 300+ MB the parse would allocate."""
+    head = b'{"model":"gpt-4o","messages":['
+    raw = head + b",".join([b"{}"] * ((10 * MIB - len(head) - 8) // 3)) + b"]}"
+    app = gateway_app()
+    with serve(app, lifespan=True) as url:
+        tracemalloc.start()
+        try:
+            tracemalloc.reset_peak()
+            response = post_raw(url, world.secret, raw)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert app.sink.flush(timeout=10)
+
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert (error["code"], error["param"]) == ("too_many_json_values", None)
+    assert world.sim.requests == {}
+    assert RequestLog.objects.get().status == 400
+    # The client's body, the gateway's copy and the pre-scan's transients: tens of MiB, not hundreds.
+    print(f"hostile 10 MiB body: peak traced allocation {peak / MIB:.0f} MiB")
+    assert peak < 80 * MIB
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"model": "gpt-4o", "mod\\u0065l": "mistral", "messages": [{"role": "user", "content": "hi"}]}',
+        b'{"mod\\u0065l": "mistral", "model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}',
+        b'{"model": "mistral", "messages": [], "\\u006dessages": [{"role": "user", "content": "a"}]}',
+    ],
+    ids=["escaped-last", "escaped-first", "escaped-messages"],
+)
+def test_an_escaped_repeated_key_reaches_the_upstream_once_as_routed(gateway, world, raw):
+    response = post_raw(gateway.url, world.secret, raw)
+
+    parsed = orjson.loads(raw)  # what the gateway validated and routed on: the last of each key
+    served = response.headers["x-vidai-model"]
+    assert response.status_code == 200
+    assert served == parsed["model"]
+    provider = {"gpt-4o": "openai", "mistral": "third"}[served]
+    upstream = world.sim.last_bodies[provider]
+    assert all(len(keys) == len(set(keys)) for keys in object_keys(upstream))
+    assert orjson.loads(upstream) == parsed
+
+
+def test_a_repeated_nested_key_is_forwarded_as_parsed(gateway, world):
+    raw = b'{"model": "gpt-4o", "messages": [{"role": "user", "r\\u006fle": "system", "content": "hi"}]}'
+
+    response = post_raw(gateway.url, world.secret, raw)
+
+    assert response.status_code == 200
+    upstream = world.sim.last_bodies["openai"]
+    assert all(len(keys) == len(set(keys)) for keys in object_keys(upstream))
+    assert orjson.loads(upstream) == orjson.loads(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"a": "x\\"{[,:", "b": ["\\\\", {}], "c": "\\\\\\"}"}',
+        b'{"s": "\\u0022,,,", "t": [1, 2.5, true, null, "]"]}',
+        b'[{"a": {}}, [], "", {"b": [[[]]]}]',
+    ],
+)
+def test_structure_counts_what_the_parser_builds(raw):
+    """Keys and values outside strings, escapes included: the same counts as walking the parsed value."""
+
+    def walk(value):
+        if isinstance(value, dict):
+            values, keys = 1, len(value)
+            for item in value.values():
+                item_values, item_keys = walk(item)
+                values, keys = values + 1 + item_values, keys + item_keys
+            return values, keys
+        if isinstance(value, list):
+            counts = [walk(item) for item in value]
+            return 1 + sum(v for v, _ in counts), sum(k for _, k in counts)
+        return 1, 0
+
+    values, keys = walk(orjson.loads(raw))
+    counted_values, counted_keys = structure(raw, 1000)
+    empty = raw.count(b"{}") + raw.count(b"[]")
+    assert (counted_values - empty, counted_keys) == (values, keys)
+
+
+def test_large_bodies_wait_for_room_in_the_budget_and_time_out_with_503(world):
+    """A slow client holding the worker's whole body budget makes the next large body wait, then 503."""
+    limits = replace(BodyLimits(), large_body=1024)
+    app = gateway_app(limits=limits, max_body=64 * 1024, body_buffer=64 * 1024, body_wait_seconds=0.2)
+    body = orjson.dumps({"model": "gpt-4o", "messages": [user("x" * 4000)]})
+    with serve(app, lifespan=True) as url:
+        host, port = url.removeprefix("http://").split(":")
+        slow = socket.create_connection((host, int(port)))
+        slow.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {world.secret}\r\nContent-Length: {63 * 1024}\r\n\r\n".encode()
+            + b'{"model": "gpt-4o"'
+        )
+        try:
+            until(lambda: app.body_budget.free < app.body_budget.capacity)
+            waited = post_raw(url, world.secret, body)
+        finally:
+            slow.close()
+        until(lambda: app.body_budget.free == app.body_budget.capacity)  # the slow client's room came back
+        served = post_raw(url, world.secret, body)
+        assert app.sink.flush(timeout=10)
+
+    assert waited.status_code == 503
+    assert waited.json()["error"]["code"] == "overloaded"
+    assert served.status_code == 200
+    assert app.body_budget.free == app.body_budget.capacity
+    assert RequestLog.objects.filter(status=503, error_kind="overloaded").count() == 1
+
+
+def test_budget_is_first_come_first_served_and_a_waiter_that_gives_up_leaves_no_trace():
+    async def scenario():
+        budget = BodyBudget(10)
+        first = await budget.acquire(8, 1)
+        order = []
+
+        async def take(size, label):
+            await budget.acquire(size, 5)
+            order.append(label)
+
+        big = asyncio.ensure_future(take(6, "big"))
+        await asyncio.sleep(0)
+        small = asyncio.ensure_future(take(2, "small"))  # fits now, but queues behind "big"
+        await asyncio.sleep(0)
+        with pytest.raises(TimeoutError):
+            await budget.acquire(9, 0.01)
+        assert order == []
+        budget.release(first)
+        await asyncio.gather(big, small)
+        return order, budget.free
+
+    order, free = run_async(scenario())
+
+    assert order == ["big", "small"]
+    assert free == 2

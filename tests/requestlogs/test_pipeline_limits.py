@@ -1,0 +1,190 @@
+"""The request-log pipeline's limits: the stream cap counts what it trims, undecodable entries are
+dead-lettered, a sink that cannot write at shutdown spills to a file that the next start replays once."""
+
+import fcntl
+import logging
+import time
+import uuid
+from urllib.parse import urlsplit
+
+import orjson
+import pytest
+import redis
+
+from gateway.logsink import LogSink, StreamKeys
+from requestlogs.ingest import request_logs_ingest
+from requestlogs.models import RequestLog
+from tests.faults import FaultProxy
+from tests.requestlogs.test_ingest import record
+
+pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def stream(redis_url):
+    name = f"test:pipeline-limits:{uuid.uuid4().hex}"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(f"{name}*"))
+    if keys:
+        client.delete(*keys)
+
+
+def _until(condition, timeout: float, what: str) -> None:
+    """Poll another thread's progress, bounded."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.02)
+
+
+def _stored_ids() -> list[str]:
+    return sorted(RequestLog.objects.values_list("request_id", flat=True))
+
+
+def test_the_stream_cap_counts_every_entry_it_trims_before_ingestion(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    records = [record(i) for i in range(1000)]
+    sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, batch_size=100, maxlen=100)
+    sink.start()
+    for r in records:
+        sink.add(r)
+    assert sink.flush(timeout=10)
+    sink.stop()
+
+    length = client.xlen(stream)
+    trimmed = int(client.get(keys.trimmed))
+    request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    assert length < 1000  # the cap held (approximately: Redis trims whole nodes)
+    assert trimmed == 1000 - length
+    assert client.get(keys.lost_since) is not None
+    # Every record is either stored or counted as trimmed: none vanished uncounted.
+    assert len(_stored_ids()) + trimmed == 1000
+    assert _stored_ids() == sorted(r["request_id"] for r in records[-length:])
+
+
+def test_records_the_full_buffer_dropped_are_counted_in_redis(redis_url, stream):
+    sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, max_buffer=5)
+    for i in range(8):
+        sink.add(record(i))  # not started yet: the buffer fills and drops the 3 oldest
+
+    sink.start()
+    assert sink.flush(timeout=10)
+    sink.stop()
+
+    client = redis.Redis.from_url(redis_url)
+    assert (sink.dropped, int(client.get(StreamKeys(stream).dropped)), client.xlen(stream)) == (3, 3, 5)
+
+
+def test_undecodable_entries_are_dead_lettered_with_a_log_line_naming_them(redis_url, stream, caplog):
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    good = [record(i) for i in range(2)]
+    client.xadd(stream, {"r": orjson.dumps(good[0])})
+    not_json = client.xadd(stream, {"r": b"{not json"})
+    no_field = client.xadd(stream, {"x": b"1"})
+    client.xadd(stream, {"r": orjson.dumps(good[1])})
+
+    with caplog.at_level(logging.ERROR, logger="requestlogs.ingest"):
+        result = request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    dead = client.xrange(keys.dead)
+    assert (result.read, result.inserted, result.dead_lettered) == (4, 2, 2)
+    assert _stored_ids() == sorted(r["request_id"] for r in good)
+    assert [(fields.get(b"entry_id"), fields.get(b"r"), fields.get(b"x")) for _, fields in dead] == [
+        (not_json, b"{not json", None),
+        (no_field, None, b"1"),
+    ]
+    assert int(client.get(keys.dead_lettered)) == 2
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert not_json.decode() in logged and no_field.decode() in logged
+    assert (client.xlen(stream), client.xpending(stream, "ingest")["pending"]) == (0, 0)
+
+
+def test_a_sink_stopped_while_redis_is_down_spills_and_the_next_start_replays(redis_url, stream, tmp_path):
+    target = urlsplit(redis_url)
+    records = [record(i) for i in range(10)]
+    with FaultProxy(target.hostname, target.port or 6379) as proxy:
+        via_proxy = f"redis://127.0.0.1:{proxy.port}/0"
+        first = LogSink(redis_url=via_proxy, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+        first.start()
+        proxy.down()
+        for r in records:
+            first.add(r)
+        first.stop()
+        spilled = sorted(tmp_path.iterdir())
+        lines = spilled[0].read_bytes().splitlines()
+
+        proxy.restore()
+        second = LogSink(redis_url=via_proxy, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+        second.start()
+        _until(lambda: second.replayed == 10, 10, "the replay")
+        second.stop()
+
+    request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    assert [p.suffix for p in spilled] == [".jsonl"]
+    assert [orjson.loads(line)["request_id"] for line in lines] == [r["request_id"] for r in records]
+    assert (first.spilled, first.pending) == (10, 0)
+    assert list(tmp_path.iterdir()) == []
+    assert _stored_ids() == sorted(r["request_id"] for r in records)
+
+
+def test_a_replay_repeated_after_a_crash_stores_each_row_once(redis_url, stream, tmp_path):
+    records = [record(i) for i in range(10)]
+    content = b"".join(orjson.dumps(r) + b"\n" for r in records)
+    spill = tmp_path / "20261201T000000-1-abcdef01.jsonl"
+    spill.write_bytes(content)
+    first = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+    first.start()
+    _until(lambda: first.replayed == 10, 10, "the first replay")
+    first.stop()
+    # A crash after the records reached Redis but before the file was deleted: the next start replays it all.
+    spill.write_bytes(content)
+    second = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+    second.start()
+    _until(lambda: second.replayed == 10, 10, "the second replay")
+    second.stop()
+
+    in_stream = redis.Redis.from_url(redis_url).xlen(stream)
+    result = request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    assert (in_stream, result.read, result.inserted) == (20, 20, 10)
+    assert _stored_ids() == sorted(r["request_id"] for r in records)
+
+
+def test_a_torn_spill_line_is_dead_lettered_and_the_rest_replayed(redis_url, stream, tmp_path):
+    good = record(1)
+    spill = tmp_path / "20261201T000000-1-abcdef02.partial"  # a spill cut short by a crash
+    spill.write_bytes(orjson.dumps(good) + b'\n{"request_id": "ab')
+    sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+
+    sink.start()
+    _until(lambda: not spill.exists(), 10, "the replay")
+    sink.stop()
+    request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    client = redis.Redis.from_url(redis_url)
+    dead = client.xrange(StreamKeys(stream).dead)
+    assert [fields[b"raw"] for _, fields in dead] == [b'{"request_id": "ab']
+    assert _stored_ids() == [good["request_id"]]
+
+
+def test_a_spill_file_another_process_holds_is_left_alone(redis_url, stream, tmp_path):
+    held, free = tmp_path / "a-held.jsonl", tmp_path / "b-free.jsonl"
+    held.write_bytes(orjson.dumps(record(1)) + b"\n")
+    free.write_bytes(orjson.dumps(record(2)) + b"\n")
+    with open(held, "rb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # what a gateway still writing it (or replaying it) holds
+        sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+        sink.start()
+        _until(lambda: not free.exists(), 10, "the free file's replay")
+        while_held = (held.exists(), sink.replayed)
+    _until(lambda: not held.exists(), 10, "the held file's replay once released")
+    sink.stop()
+
+    assert while_held == (True, 1)
+    assert sink.replayed == 2
