@@ -32,7 +32,8 @@ class LockedNowFilter(admin.SimpleListFilter):
 
 @admin.register(AuthThrottle)
 class AuthThrottleAdmin(admin.ModelAdmin):
-    """Read-only list of the accounts and addresses with recent failures; "Unlock selected" ends a lockout."""
+    """Read-only list of the accounts and addresses with recent failures; "Unlock selected" ends a lockout (an
+    account's together with the address the same attempt locked)."""
 
     list_display = ["value", "kind", "scope", "recent_failures", "locked_until", "locked_now", "updated_at"]
     list_filter = [LockedNowFilter, "scope", "kind"]
@@ -64,6 +65,12 @@ class AuthThrottleAdmin(admin.ModelAdmin):
 
     @admin.action(description="Unlock selected", permissions=["unlock"])
     def unlock(self, request: HttpRequest, queryset: Any) -> None:
+        selected = list(queryset)
         with transaction.atomic():
-            unlocked = sum(auth_unlock(actor=request.user, throttle=throttle) for throttle in queryset)
-        self.message_user(request, f"Unlocked {unlocked} of {queryset.count()} selected.")
+            unlocked = [row for throttle in selected for row in auth_unlock(actor=request.user, throttle=throttle)]
+        chosen = {throttle.pk for throttle in selected}
+        also = [str(row) for row in unlocked if row.pk not in chosen]
+        message = f"Unlocked {len([row for row in unlocked if row.pk in chosen])} of {len(selected)} selected."
+        if also:
+            message += f" Also unlocked, locked by the same attempt: {', '.join(also)}."
+        self.message_user(request, message)

@@ -7,9 +7,14 @@ from django.contrib.admin.forms import AdminAuthenticationForm
 from django.contrib.auth.forms import AuthenticationForm
 
 from access.client import client_address
-from access.enums import ThrottleKind, ThrottleScope
-from access.selectors import auth_locked_until
-from access.services import auth_failure_record
+from access.enums import ThrottleScope
+from access.services import (
+    auth_attempt_abandoned,
+    auth_attempt_failed,
+    auth_attempt_reserve,
+    auth_attempt_succeeded,
+    login_idents,
+)
 
 # One message whether or not the account exists, and whatever the password: it reveals nothing.
 LOCKED_MESSAGE = (
@@ -24,20 +29,28 @@ class ThrottledLoginMixin:
     cleaned_data: dict[str, Any]
 
     def clean(self) -> dict[str, Any]:
-        username = (self.cleaned_data.get("username") or "")[:150]
+        username = self.cleaned_data.get("username") or ""
         password = self.cleaned_data.get("password")
         if not username or not password or self.request is None:
             return super().clean()  # type: ignore[misc]  # a missing field is not a guess
         address = client_address(self.request)
-        idents = [(ThrottleKind.ACCOUNT.value, username), (ThrottleKind.ADDRESS.value, address)]
-        if auth_locked_until(scope=ThrottleScope.LOGIN, idents=idents):
+        # Reserved before the password is checked, so concurrent attempts cannot all pass a check made first.
+        reservation = auth_attempt_reserve(
+            scope=ThrottleScope.LOGIN, idents=login_idents(username=username, address=address), address=address
+        )
+        if reservation.refused:
             self._refuse()
         try:
-            return super().clean()  # type: ignore[misc]
+            cleaned = super().clean()  # type: ignore[misc]
         except forms.ValidationError:
-            if auth_failure_record(scope=ThrottleScope.LOGIN, idents=idents, address=address):
+            if auth_attempt_failed(reservation=reservation):
                 self._refuse()
             raise
+        except BaseException:
+            auth_attempt_abandoned(reservation=reservation)  # no answer was given: the attempt does not count
+            raise
+        auth_attempt_succeeded(reservation=reservation)
+        return cleaned
 
     def _refuse(self) -> None:
         # The views answer 429 for this request.

@@ -1,5 +1,8 @@
-"""Writes of authentication throttles: a failure counted, a lockout and an unlock, each audited."""
+"""Writes of authentication throttles: an attempt reserved, a failure confirmed, a lockout and an unlock, each
+lockout and unlock audited."""
 
+import unicodedata
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -8,6 +11,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from access.enums import ThrottleKind
 from access.models import AuthThrottle
 from access.selectors import Ident
 from audit.services import audit_record
@@ -21,76 +25,224 @@ def _cooloff() -> timedelta:
     return timedelta(seconds=settings.AUTH_LOCKOUT_SECONDS)
 
 
-@transaction.atomic
-def auth_failure_record(*, scope: str, idents: list[Ident], address: str) -> datetime | None:
-    """Count one failed attempt against each account or address; lock one out when it reaches AUTH_FAILURE_LIMIT
-    failures within AUTH_FAILURE_WINDOW_SECONDS, for AUTH_LOCKOUT_SECONDS (audited as "auth.lockout").
+def login_idents(*, username: str, address: str) -> list[Ident]:
+    """What a sign-in attempt counts against: the username as typed and the client address.
 
-    Returns when the latest lockout among `idents` ends, or None when none is locked.
+    A username with a control or format character (ESC, CR/LF, NUL, bidi overrides…) names no account
+    (Django's username validators refuse them), so such an attempt counts against the address only and the
+    typed text is stored nowhere: not in a lockout row, not in the audit log.
     """
-    now = timezone.now()
-    horizon = now - max(_window(), _cooloff())
-    # Rows whose failures and lockout have all expired tell nothing any more.
-    AuthThrottle.objects.filter(updated_at__lt=horizon).filter(Q(locked_until=None) | Q(locked_until__lt=now)).delete()
-    oldest = (now - _window()).timestamp()
-    locked: datetime | None = None
-    for kind, value in idents:
-        # Row lock: concurrent failures of one account (several console processes) count once each.
+    idents = [(ThrottleKind.ADDRESS.value, address)]
+    if username and not any(unicodedata.category(char) in ("Cc", "Cf") for char in username):
+        idents.insert(0, (ThrottleKind.ACCOUNT.value, username[:150]))
+    return idents
+
+
+@dataclass
+class Reservation:
+    """An attempt allowed to check its password, counted in advance as a failure of each of `idents`."""
+
+    scope: str
+    address: str
+    idents: list[Ident]
+    stamp: float
+    locked_until: datetime | None = None  # set when the attempt is refused unchecked
+    rows: dict[Ident, int] = field(default_factory=dict)
+
+    @property
+    def refused(self) -> bool:
+        return self.locked_until is not None
+
+
+def _locked_rows(*, scope: str, idents: list[Ident], now: datetime) -> list[AuthThrottle]:
+    """The throttle rows of `idents`, created when missing, locked until the transaction ends.
+
+    Always in the same order (sorted), so two attempts locking the same pair of rows cannot deadlock.
+    """
+    rows = []
+    for kind, value in sorted(set(idents)):
         throttle, _ = AuthThrottle.objects.select_for_update().get_or_create(
             scope=scope, kind=kind, value=value, defaults={"updated_at": now}
         )
+        rows.append(throttle)
+    return rows
+
+
+@transaction.atomic
+def auth_attempt_reserve(*, scope: str, idents: list[Ident], address: str) -> Reservation:
+    """Decide, before any password or token is checked, whether this attempt may be checked at all.
+
+    Under row locks (SELECT … FOR UPDATE on PostgreSQL; SQLite serialises writers): refused when any of
+    `idents` is locked out or already holds AUTH_FAILURE_LIMIT failures within the window (counting attempts
+    still being checked); otherwise a tentative failure is appended to each, so concurrent attempts see it.
+    The caller then calls auth_attempt_succeeded or auth_attempt_failed. At most AUTH_FAILURE_LIMIT passwords
+    are ever checked per account or address and window, however many attempts arrive at once.
+    """
+    now = timezone.now()
+    oldest = (now - _window()).timestamp()
+    reservation = Reservation(scope=scope, address=address, idents=idents, stamp=now.timestamp())
+    rows = _locked_rows(scope=scope, idents=idents, now=now)
+    for throttle in rows:
+        if throttle.locked_until is not None and throttle.locked_until > now:
+            # Attempts during a lockout are refused unchecked and do not extend it.
+            reservation.locked_until = max(reservation.locked_until or throttle.locked_until, throttle.locked_until)
+        elif len([t for t in throttle.failures if t > oldest]) >= settings.AUTH_FAILURE_LIMIT:
+            # The limit is reached by attempts still being checked: refused until they settle (at most the time
+            # one password check takes; the last of them to fail locks the row).
+            reservation.locked_until = max(reservation.locked_until or now, now + _cooloff())
+    if reservation.refused:
+        return reservation
+    for throttle in rows:
+        throttle.failures = [t for t in throttle.failures if t > oldest] + [reservation.stamp]
+        throttle.locked_until = None
+        throttle.updated_at = now
+        throttle.save(update_fields=["failures", "locked_until", "updated_at"])
+        reservation.rows[(throttle.kind, throttle.value)] = throttle.pk
+    return reservation
+
+
+def auth_attempt_succeeded(*, reservation: Reservation) -> None:
+    """The password (or token) was right: take back the tentative failures.
+
+    The account's row also forgets its earlier failures (whoever signs in knows the password, so they were
+    the owner's typos or a guesser's misses that no longer matter); the address's row keeps them, or one
+    attacker with one account of their own could reset their address's count at will.
+    """
+    _take_back(reservation=reservation, forget_account=True)
+
+
+def auth_attempt_abandoned(*, reservation: Reservation) -> None:
+    """The check itself failed (an error, not an answer): take back the tentative failures only."""
+    _take_back(reservation=reservation, forget_account=False)
+
+
+@transaction.atomic
+def _take_back(*, reservation: Reservation, forget_account: bool) -> None:
+    rows = AuthThrottle.objects.select_for_update().filter(pk__in=sorted(reservation.rows.values())).order_by("pk")
+    now = timezone.now()
+    for throttle in rows:
+        if forget_account and throttle.kind == ThrottleKind.ACCOUNT:
+            throttle.failures = []
+        else:
+            throttle.failures = _without_one(throttle.failures, reservation.stamp)
+        throttle.updated_at = now
+        throttle.save(update_fields=["failures", "updated_at"])
+
+
+def _without_one(failures: list[float], stamp: float) -> list[float]:
+    result = list(failures)
+    if stamp in result:
+        result.remove(stamp)
+    return result
+
+
+@transaction.atomic
+def auth_attempt_failed(*, reservation: Reservation) -> datetime | None:
+    """The password (or token) was wrong: the tentative failure stays. A row holding AUTH_FAILURE_LIMIT
+    failures within AUTH_FAILURE_WINDOW_SECONDS is locked out for AUTH_LOCKOUT_SECONDS (audited as
+    "auth.lockout"); the lockout consumes the failures, so counting starts afresh after it.
+
+    Returns when the latest lockout among the reservation's rows ends, or None when none is locked.
+    """
+    now = timezone.now()
+    oldest = (now - _window()).timestamp()
+    locked: datetime | None = None
+    rows = AuthThrottle.objects.select_for_update().filter(pk__in=sorted(reservation.rows.values())).order_by("pk")
+    for throttle in rows:
         if throttle.locked_until is not None and throttle.locked_until > now:
             locked = max(locked or throttle.locked_until, throttle.locked_until)
-            continue  # attempts during a lockout are refused unchecked and do not extend it
-        failures = [t for t in throttle.failures if t > oldest] + [now.timestamp()]
+            continue  # another attempt of this burst locked it already
+        failures = [t for t in throttle.failures if t > oldest]
+        if reservation.stamp not in failures:
+            failures.append(reservation.stamp)  # unlocked (or pruned) meanwhile: this failure still counts
         throttle.updated_at = now
-        if len(failures) >= settings.AUTH_FAILURE_LIMIT:
-            throttle.failures = []  # the lockout consumes them: after it, counting starts again
-            throttle.locked_until = now + _cooloff()
-            throttle.save()
-            audit_record(
-                actor=None,
-                action="auth.lockout",
-                object_type="auth_throttle",
-                object_id=throttle.pk,
-                object_repr=str(throttle),
-                after={
-                    "scope": scope,
-                    "kind": kind,
-                    "value": value,
-                    "failures": len(failures),
-                    "locked_until": throttle.locked_until.isoformat(),
-                    "client_address": address,
-                },
-            )
-            locked = max(locked or throttle.locked_until, throttle.locked_until)
-        else:
+        if len(failures) < settings.AUTH_FAILURE_LIMIT:
             throttle.failures = failures
-            throttle.locked_until = None
-            throttle.save()
+            throttle.save(update_fields=["failures", "updated_at"])
+            continue
+        throttle.failures = []
+        throttle.locked_until = now + _cooloff()
+        throttle.save(update_fields=["failures", "locked_until", "updated_at"])
+        audit_record(
+            actor=None,
+            action="auth.lockout",
+            object_type="auth_throttle",
+            object_id=throttle.pk,
+            object_repr=str(throttle),
+            after={
+                "scope": throttle.scope,
+                "kind": throttle.kind,
+                "value": throttle.value,
+                "failures": len(failures),
+                "locked_until": throttle.locked_until.isoformat(),
+                "client_address": reservation.address,
+            },
+        )
+        locked = max(locked or throttle.locked_until, throttle.locked_until)
+    if settings.EMBEDDED:
+        # No beat in embedded mode; one process on SQLite, so nothing to contend with once this commits.
+        transaction.on_commit(auth_throttles_prune)
     return locked
 
 
 @transaction.atomic
-def auth_unlock(*, actor: Any, throttle: AuthThrottle) -> bool:
-    """End a lockout now and forget its failures (audited as "auth.unlock"); False when it was not locked."""
+def auth_failure_record(*, scope: str, idents: list[Ident], address: str) -> datetime | None:
+    """Count one failed attempt that was checked without a reservation (console API tokens: see
+    docs/decisions.md); returns when the latest lockout among `idents` ends, or None."""
+    reservation = auth_attempt_reserve(scope=scope, idents=idents, address=address)
+    if reservation.refused:
+        return reservation.locked_until
+    return auth_attempt_failed(reservation=reservation)
+
+
+def auth_throttles_prune() -> int:
+    """Delete the rows whose failures and lockout have all expired; returns how many.
+
+    Run by beat (access.prune), never inside an attempt's transaction: a DELETE there would wait on (and could
+    deadlock with) the rows other attempts hold locked. Rows locked right now are skipped.
+    """
+    now = timezone.now()
+    horizon = now - max(_window(), _cooloff())
+    expired = AuthThrottle.objects.filter(updated_at__lt=horizon).filter(Q(locked_until=None) | Q(locked_until__lt=now))
+    with transaction.atomic():
+        ids = list(expired.select_for_update(skip_locked=True).values_list("pk", flat=True))
+        deleted, _ = AuthThrottle.objects.filter(pk__in=ids).delete()
+    return deleted
+
+
+@transaction.atomic
+def auth_unlock(*, actor: Any, throttle: AuthThrottle) -> list[AuthThrottle]:
+    """End a lockout now and forget its failures (audited as "auth.unlock"); returns the rows unlocked.
+
+    Unlocking an account also unlocks the client address the same attempt locked (same scope, same lockout
+    end): typically the owner mistyped five times from their own machine, and an account unlocked from a still
+    locked address could not sign in. Empty when `throttle` was not locked.
+    """
     now = timezone.now()
     current = AuthThrottle.objects.select_for_update().filter(pk=throttle.pk).first()
     if current is None or current.locked_until is None or current.locked_until <= now:
-        return False
-    before = current.locked_until
-    current.locked_until = None
-    current.failures = []
-    current.updated_at = now
-    current.save()
-    audit_record(
-        actor=actor,
-        action="auth.unlock",
-        object_type="auth_throttle",
-        object_id=current.pk,
-        object_repr=str(current),
-        before={"locked_until": before.isoformat()},
-        after={"locked_until": None},
-    )
+        return []
+    rows = [current]
+    if current.kind == ThrottleKind.ACCOUNT:
+        rows += list(
+            AuthThrottle.objects.select_for_update()
+            .filter(scope=current.scope, kind=ThrottleKind.ADDRESS, locked_until=current.locked_until)
+            .order_by("pk")
+        )
+    for row in rows:
+        before = row.locked_until
+        row.locked_until = None
+        row.failures = []
+        row.updated_at = now
+        row.save(update_fields=["failures", "locked_until", "updated_at"])
+        audit_record(
+            actor=actor,
+            action="auth.unlock",
+            object_type="auth_throttle",
+            object_id=row.pk,
+            object_repr=str(row),
+            before={"locked_until": before.isoformat() if before else None},
+            after={"locked_until": None},
+        )
     throttle.refresh_from_db()
-    return True
+    return rows

@@ -4,9 +4,15 @@ Starts the simulator and ONE gateway worker (`manage.py run_gateway`: Redis brea
 logs to a Redis stream, config from a SQLite file this script prepares, like bench/gateway.py),
 then sends rounds of concurrent bodies while another process polls /healthz every 10 ms:
 
-    small   the most messages the limits allow, each carrying a string, ~10 MiB in all
-    huge    two messages of ~5 MiB strings each
-    hostile ~3.5 million empty messages in ~10 MiB (must get a fast 400 and reach no upstream)
+    small     the most messages the limits allow, each carrying a string, ~10 MiB in all
+    huge      two messages of ~5 MiB strings each
+    hostile   ~3.5 million empty messages in ~10 MiB (must get a fast 400 and reach no upstream)
+    escapes   2,048 messages of escape-heavy text (quotes, backslashes, newlines), ~10 MiB
+    wide      144 KiB: 49,000 empty objects under `metadata` (small, but many values to walk)
+    deep-wide 70 KB: 70 levels under one key beside 20,000 objects under a 10,000-character key (400)
+    chunked   small bodies sent without Content-Length (chunked), against a 1 s upstream
+    slow      clients that declare 1 MiB and trickle a byte a second (408 after the body read
+              timeout, GATEWAY_BODY_READ_TIMEOUT_SECONDS=5 here), while 20 ordinary requests run
 
 It prints, per round, the statuses, the slowest answer, the worker's peak resident memory (sampled
 from /proc/<pid>/status every 20 ms, and VmHWM), its memory after the round, and /healthz max and
@@ -69,6 +75,60 @@ def hostile_body() -> bytes:
     return head + b",".join([b"{}"] * count) + b"]}"
 
 
+def escapes_body() -> bytes:
+    """MESSAGES messages of escape-heavy text filling the body limit."""
+    text = 'He said "hi"\n\tthen left; path C:\\tmp\\x, JSON {"a": [1, 2]}. ' * 60
+    message = json.dumps({"role": "user", "content": text}, separators=(",", ":")).encode()
+    count = min(MESSAGES, (BODY_LIMIT - 4096) // (len(message) + 1))
+    return b'{"model":"gpt-4o","messages":[' + b",".join([message] * count) + b"]}"
+
+
+def wide_body() -> bytes:
+    return (
+        b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}],"metadata":['
+        + b",".join([b"{}"] * 49_000)
+        + b"]}"
+    )
+
+
+def deep_wide_body() -> bytes:
+    deep: dict = {}
+    for _ in range(70):
+        deep = {"a": deep}
+    return json.dumps({"model": "gpt-4o", "a": deep, "k" * 10_000: [{}] * 20_000}, separators=(",", ":")).encode()
+
+
+async def slow_clients(url: str, key: str, n: int) -> dict[int, int]:
+    """n clients declaring 1 MiB and sending a byte a second; {status: count} of their answers (0: none in 30 s)."""
+    host, port = url.removeprefix("http://").split("/")[0].split(":")
+
+    async def one() -> int:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {key}\r\nContent-Length: {MIB}\r\n\r\n".encode()
+            + b'{"model":"gpt-4o"'
+        )
+        try:
+            for _ in range(30):  # no answer in 30 s counts as 0
+                try:
+                    line = await asyncio.wait_for(reader.readline(), 1.0)
+                    return int(line.split()[1]) if line else 0
+                except TimeoutError:
+                    writer.write(b" ")
+                    await writer.drain()
+            return 0
+        except (OSError, ValueError, IndexError):
+            return 0
+        finally:
+            writer.close()
+
+    statuses: dict[int, int] = {}
+    for status in await asyncio.wait_for(asyncio.gather(*(one() for _ in range(n))), 60):
+        statuses[status] = statuses.get(status, 0) + 1
+    return statuses
+
+
 def rss_of(pid: int) -> tuple[float, float]:
     """(VmRSS, VmHWM) of a process in MiB."""
     values = {}
@@ -124,19 +184,27 @@ def poll_healthz(url: str, out: str, stop_file: str) -> None:
             time.sleep(0.01)
 
 
-async def send_round(url: str, key: str, body: bytes, n: int) -> tuple[dict[int, int], float, float]:
-    """n concurrent POSTs of `body`: ({status: count}, slowest answer s, wall time s)."""
+async def send_round(
+    url: str, key: str, body: bytes, n: int, *, chunked: bool = False
+) -> tuple[dict[int, int], float, float]:
+    """n concurrent POSTs of `body` (in 4 chunks, no Content-Length, if `chunked`): ({status: count},
+    slowest answer s, wall time s)."""
     headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
     limits = httpx.Limits(max_connections=n, max_keepalive_connections=n)
     statuses: dict[int, int] = {}
     slowest = 0.0
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
 
+        async def pieces():
+            step = len(body) // 4 + 1
+            for i in range(0, len(body), step):
+                yield body[i : i + step]
+
         async def one() -> None:
             nonlocal slowest
             t0 = time.perf_counter()
             try:
-                response = await client.post(url, content=body, headers=headers)
+                response = await client.post(url, content=pieces() if chunked else body, headers=headers)
                 status = response.status_code
             except httpx.HTTPError:
                 status = 0  # connection refused or reset
@@ -145,6 +213,17 @@ async def send_round(url: str, key: str, body: bytes, n: int) -> tuple[dict[int,
 
         t0 = time.perf_counter()
         await asyncio.gather(*(one() for _ in range(n)))
+    return statuses, slowest, time.perf_counter() - t0
+
+
+async def slow_round(url: str, key: str, body: bytes, n: int) -> tuple[dict[int, int], float, float]:
+    """n slow clients and, meanwhile, 20 ordinary requests: their statuses together (the slow ones' 408s)."""
+    t0 = time.perf_counter()
+    slow = asyncio.ensure_future(slow_clients(url, key, n))
+    await asyncio.sleep(1)
+    statuses, slowest, _ = await send_round(url, key, body, 20)
+    for status, count in (await slow).items():
+        statuses[status] = statuses.get(status, 0) + count
     return statuses, slowest, time.perf_counter() - t0
 
 
@@ -170,7 +249,17 @@ def main() -> None:
         poll_healthz(*args.poll)
         return
 
-    bodies = {"small": small_body(), "huge": huge_body(), "hostile": hostile_body()}
+    small = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
+    bodies = {
+        "small": small_body(),
+        "huge": huge_body(),
+        "hostile": hostile_body(),
+        "escapes": escapes_body(),
+        "wide": wide_body(),
+        "deep-wide": deep_wide_body(),
+        "chunked": small,
+        "slow": small,
+    }
     work = Path(tempfile.mkdtemp(prefix="cp-hostile-"))
     sim_port, gw_port = free_port(), free_port()
     sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
@@ -185,6 +274,7 @@ def main() -> None:
         "REQUEST_LOG_STREAM": f"{namespace}:requestlogs",
         "CONTROLPLANE_VAR_DIR": str(work),
         "LOG_LEVEL": "WARNING",
+        "GATEWAY_BODY_READ_TIMEOUT_SECONDS": "5",
     }
     key = prepare(env, sim_url)
     procs: list[subprocess.Popen] = []
@@ -209,13 +299,12 @@ def main() -> None:
         wait_ready(f"{gw_url}/readyz", gw)
         pid = _worker_pid(gw.pid)
         chat = f"{gw_url}/v1/chat/completions"
-        small = b'{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}'
         asyncio.run(send_round(chat, key, small, 20))  # warm up
         baseline, _ = rss_of(pid)
         sampler = Sampler(pid, args.rss_limit)
         sampler.start()
-        for name in ("small", "huge", "hostile"):
-            n = args.hostile_concurrency if name == "hostile" else args.concurrency
+        for name in bodies:
+            n = args.hostile_concurrency if name in ("hostile", "deep-wide", "slow") else args.concurrency
             upstream_before = _upstream_calls(sim_url)
             out = str(work / f"healthz-{name}.txt")
             if os.path.exists(stop_file):
@@ -223,7 +312,14 @@ def main() -> None:
             poller = subprocess.Popen([sys.executable, __file__, "--poll", gw_url, out, stop_file], cwd=ROOT)
             time.sleep(0.3)  # let the poller take its first samples before the load starts
             sampler.reset()
-            statuses, slowest, wall = asyncio.run(send_round(chat, key, bodies[name], n))
+            if name == "chunked":  # an upstream that takes 1 s: the bodies' room must not wait for it
+                httpx.put(f"{sim_url}/_sim/providers/openai", json={"latency_ms": 1000}, timeout=30)
+            if name == "slow":
+                statuses, slowest, wall = asyncio.run(slow_round(chat, key, bodies[name], n))
+            else:
+                statuses, slowest, wall = asyncio.run(send_round(chat, key, bodies[name], n, chunked=name == "chunked"))
+            if name == "chunked":
+                httpx.delete(f"{sim_url}/_sim/providers/openai", timeout=30)
             time.sleep(0.3)
             Path(stop_file).touch()
             poller.wait(timeout=60)
@@ -253,7 +349,7 @@ def main() -> None:
             client.delete(k)
 
     print(
-        f"\nHostile bodies — {os.cpu_count()} cores, one gateway worker, "
+        f"\nHostile bodies — {os.cpu_count()} cores (load average {os.getloadavg()[0]:.1f}), one gateway worker, "
         f"resident memory after warm-up {baseline:.0f} MiB\n"
     )
     print(

@@ -12,8 +12,10 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.utils.cache import add_never_cache_headers
+from django.utils.html import format_html
 
 from catalog.enums import Capability
+from catalog.fields import Undecryptable
 from catalog.models import Agent, ApiKey, Application, ConsoleToken, LlmModel, Provider, Team
 from catalog.selectors import api_keys_usable_count
 from catalog.services import (
@@ -50,6 +52,7 @@ from catalog.services import (
     user_set_active,
 )
 from controlplane.configbus import config_publish
+from controlplane.crypto import ROTATION_FIX
 from controlplane.errors import ApplicationError, ValidationFailed
 
 
@@ -147,15 +150,42 @@ class ProviderForm(ServiceForm):
         provider_validate(data=data, provider=self.current)
 
 
+def _undecryptable_message(count: int) -> str:
+    which = "This provider's stored API key" if count == 1 else f"{count} providers' stored API keys"
+    return (
+        f"{which} cannot be decrypted with the configured keys, so the gateway will not call "
+        f"{'it' if count == 1 else 'them'}. {ROTATION_FIX} Saving a new API key also replaces it."
+    )
+
+
 @admin.register(Provider)
 class ProviderAdmin(ServiceAdmin):
     form = ProviderForm
-    list_display = ["name", "protocol", "base_url", "has_api_key", "connect_timeout", "read_timeout"]
+    list_display = ["name", "protocol", "base_url", "api_key_state", "connect_timeout", "read_timeout"]
     search_fields = ["name"]
 
-    @admin.display(boolean=True, description="API key set")
-    def has_api_key(self, obj: Provider) -> bool:
-        return bool(obj.api_key)
+    @admin.display(description="API key")
+    def api_key_state(self, obj: Provider) -> str:
+        if isinstance(obj.api_key, Undecryptable):
+            # A word, not only a colour; the fix is on the provider's page and in `manage.py check`.
+            return format_html('<strong style="color:#ba2121">✖ {}</strong>', "Cannot be decrypted")
+        return "✔ Set" if obj.api_key else "— Not set"
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if request.method == "GET":
+            count = sum(isinstance(p.api_key, Undecryptable) for p in Provider.objects.only("api_key"))
+            if count:
+                self.message_user(request, _undecryptable_message(count), messages.ERROR)
+        return super().changelist_view(request, extra_context)
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        if request.method == "GET":
+            current = Provider.objects.filter(pk=object_id).only("api_key").first() if object_id.isdigit() else None
+            if current is not None and isinstance(current.api_key, Undecryptable):
+                self.message_user(request, _undecryptable_message(1), messages.ERROR)
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def save_model(self, request: HttpRequest, obj: Provider, form: ProviderForm, change: bool) -> None:
         api_key = form.cleaned_data["api_key"]
@@ -338,11 +368,32 @@ class ApiKeyAdmin(ServiceAdmin):
 
     form = ApiKeyForm
 
-    list_display = ["name", "prefix", "user", "team", "application", "agent", "created_at", "revoked_at"]
-    list_filter = ["revoked_at"]
+    list_display = [
+        "name",
+        "prefix",
+        "user",
+        "owner_active",
+        "usable",
+        "team",
+        "application",
+        "agent",
+        "created_at",
+        "revoked_at",
+    ]
+    list_filter = ["revoked_at", "user__is_active"]
+    list_select_related = ["user", "team", "application", "agent"]
     search_fields = ["name", "prefix", "user__username"]
     fields = ["name", "user", "team", "application", "agent"]
     actions = ["revoke"]
+
+    @admin.display(boolean=True, description="owner active", ordering="user__is_active")
+    def owner_active(self, obj: ApiKey) -> bool:
+        return obj.user.is_active
+
+    @admin.display(boolean=True, description="works now")
+    def usable(self, obj: ApiKey) -> bool:
+        """What the gateway does with the key: not revoked and its owner active (the API's `active`)."""
+        return obj.is_active and obj.user.is_active
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
         return ["name", "user", "team", "application", "agent"] if obj else []
@@ -532,6 +583,12 @@ class UserAdmin(ServiceAdmin, DjangoUserAdmin):
         user_delete(actor=request.user, user=obj)
 
     def _set_active(self, request: HttpRequest, queryset: Any, *, active: bool) -> None:
+        if not active and queryset.filter(pk=request.user.pk).exists():
+            # Signing yourself out mid-action (and maybe the last admin): refuse the whole action, change nothing.
+            self.message_user(
+                request, "You cannot deactivate yourself; ask another admin. No user was changed.", messages.ERROR
+            )
+            return
         changed = keys = 0
         for user in queryset.filter(is_active=not active):
             keys += user_set_active(actor=request.user, user=user, active=active)

@@ -550,12 +550,21 @@ class ApiKeyDetailApi(APIView):
         team = serializers.CharField(source="team.name", allow_null=True)
         application = serializers.CharField(source="application.name", allow_null=True)
         agent = serializers.CharField(source="agent.name", allow_null=True)
-        active = serializers.BooleanField(source="is_active")
+        active = serializers.SerializerMethodField(
+            help_text="The gateway accepts the key now: it is not revoked and its owner is active."
+        )
+        owner_active = serializers.BooleanField(
+            source="user.is_active", help_text="False while the owner is deactivated: the key is refused until then."
+        )
         created_at = serializers.DateTimeField()
         revoked_at = serializers.DateTimeField(allow_null=True)
 
         class Meta:
             ref_name = "ApiKey"
+
+        @extend_schema_field(OpenApiTypes.BOOL)
+        def get_active(self, key: Any) -> bool:
+            return key.is_active and key.user.is_active
 
     @extend_schema(operation_id="key_detail", responses=OutputSerializer)
     def get(self, request: Request, key_id: int) -> Response:

@@ -50,6 +50,7 @@ def _application() -> Any:
             deadline_seconds=settings.GATEWAY_DEADLINE_SECONDS,
             limits=BodyLimits.from_settings(settings),
             body_buffer=settings.GATEWAY_BODY_BUFFER_BYTES,
+            body_read_timeout=settings.GATEWAY_BODY_READ_TIMEOUT_SECONDS,
         )
         return EmbeddedRouter(django_app, gateway)
     return django_app

@@ -18,6 +18,8 @@ app.conf.beat_schedule = {
     "requestlogs-ingest": {"task": "requestlogs.ingest", "schedule": 1.0},
     # Hourly: delete request logs past their retention.
     "requestlogs-retention": {"task": "requestlogs.retention", "schedule": 3600.0},
+    # Every 10 minutes: forget sign-in throttle rows whose failures and lockout have all expired.
+    "access-prune": {"task": "access.prune", "schedule": 600.0},
 }
 
 
@@ -34,8 +36,11 @@ def refuse_to_start_on_check_errors(**kwargs: Any) -> None:
     from django.core.management.base import SystemCheckError
 
     django.setup()
+    from catalog.checks import stored_data_checks
+
     try:
-        call_command("check")
+        with stored_data_checks():  # undecryptable provider keys (catalog.E001) stop the worker too
+            call_command("check")
     except SystemCheckError as exc:
         # The real stderr: by beat_init Celery may have swapped sys.stderr for a logging proxy.
         sys.__stderr__.write(f"{exc}\n")

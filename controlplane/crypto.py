@@ -24,6 +24,14 @@ ROTATION_FIX = (
 )
 
 
+def credential_unavailable_message(provider_name: str) -> str:
+    """What a gateway client is told when a provider's stored key cannot be decrypted (502)."""
+    return (
+        f"The API key of provider {provider_name} cannot be decrypted by the gateway, so it was not called. "
+        "An administrator must restore the encryption keys (see the gateway log)."
+    )
+
+
 class Undecryptable(str):
     """A stored secret the configured keys cannot decrypt (wrong or rotated-away key).
 

@@ -274,8 +274,11 @@ GATEWAY_MAX_JSON_VALUES = env_int("GATEWAY_MAX_JSON_VALUES", 100_000)
 GATEWAY_MAX_STRING_CHARS = env_int("GATEWAY_MAX_STRING_CHARS", 10 * 1024 * 1024)
 # Bytes of large bodies (over 256 KiB) one gateway worker holds at once; more wait their turn.
 GATEWAY_BODY_BUFFER_BYTES = env_int("GATEWAY_BODY_BUFFER_BYTES", 64 * 1024 * 1024)
+# A client must send its whole body within this many seconds, or gets a 408 (a 10 MiB body needs 350 KB/s).
+GATEWAY_BODY_READ_TIMEOUT_SECONDS = env_int("GATEWAY_BODY_READ_TIMEOUT_SECONDS", 30)
 for _name in (
     "GATEWAY_MAX_BODY_BYTES",
+    "GATEWAY_DEADLINE_SECONDS",
     "GATEWAY_MAX_MESSAGES",
     "GATEWAY_MAX_CONTENT_PARTS",
     "GATEWAY_MAX_TOOLS",
@@ -283,16 +286,20 @@ for _name in (
     "GATEWAY_MAX_JSON_VALUES",
     "GATEWAY_MAX_STRING_CHARS",
     "GATEWAY_BODY_BUFFER_BYTES",
+    "GATEWAY_BODY_READ_TIMEOUT_SECONDS",
 ):
     if globals()[_name] < 1:
         raise ImproperlyConfigured(f"{_name} must be at least 1, got {globals()[_name]}.")
-# A half-open probe that never reports frees its slot after this long. It must outlast the upstream deadline,
-# or a slow but live probe would lose its slot to a second probe (docs/breaker.md).
+# A half-open probe that never reports frees its slot after this long. It must outlast the upstream deadline by a
+# margin (the probe's outcome is recorded after the deadline fires), or a slow but live probe would lose its slot
+# to a second probe (docs/breaker.md).
+BREAKER_PROBE_MARGIN_SECONDS = 5
 BREAKER_PROBE_TIMEOUT_SECONDS = env_int("BREAKER_PROBE_TIMEOUT_SECONDS", GATEWAY_DEADLINE_SECONDS + 30)
-if BREAKER_PROBE_TIMEOUT_SECONDS < max(GATEWAY_DEADLINE_SECONDS, 1):
+if BREAKER_PROBE_TIMEOUT_SECONDS < GATEWAY_DEADLINE_SECONDS + BREAKER_PROBE_MARGIN_SECONDS:
     raise ImproperlyConfigured(
         f"BREAKER_PROBE_TIMEOUT_SECONDS ({BREAKER_PROBE_TIMEOUT_SECONDS}) must be at least "
-        f"GATEWAY_DEADLINE_SECONDS ({GATEWAY_DEADLINE_SECONDS}): a probe still waiting for its upstream "
+        f"GATEWAY_DEADLINE_SECONDS + {BREAKER_PROBE_MARGIN_SECONDS} "
+        f"({GATEWAY_DEADLINE_SECONDS + BREAKER_PROBE_MARGIN_SECONDS}): a probe still waiting for its upstream "
         "would lose its half-open slot to a second probe."
     )
 

@@ -8,6 +8,7 @@ response with attribution headers -> one log record. No database, no templates.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import logging
 import re
@@ -17,14 +18,15 @@ from typing import Any
 
 import orjson
 
-from gateway.bodies import MIB, BodyBudget, BodyError, BodyLimits, parse_body
+from controlplane.crypto import credential_unavailable_message
+from gateway.bodies import MIB, BodyBudget, BodyError, BodyLimits, parse_body, wide_numbers
 from gateway.config import ConfigHolder
 from gateway.errors import openai_error, sse_error
 from gateway.logsink import LogSink, new_request_id
 from gateway.snapshot import KeyInfo, ProviderInfo, Refusal, Route, Snapshot, Target
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
 from gateway.upstream.openai import OpenAIAdapter
-from gateway.upstream.transport import FastTransport
+from gateway.upstream.transport import FastTransport, RequestBody
 from health.breaker.base import BreakerEngine
 from health.breaker.types import Decision, Outcome
 
@@ -34,6 +36,14 @@ DEFAULT_MAX_BODY = 10 * 1024 * 1024
 DEFAULT_BODY_BUFFER = 64 * MIB
 # How long a large body may wait for room in the body budget before the gateway answers 503.
 BODY_WAIT_SECONDS = 30.0
+# How long a client may take to send its whole body (GATEWAY_BODY_READ_TIMEOUT_SECONDS) before a 408:
+# a 10 MiB body needs at least 350 KB/s. Bounds how long a slow client holds budget and memory.
+BODY_READ_TIMEOUT_SECONDS = 30.0
+# Bodies larger than this, or with more commas (past the first of each container every value follows
+# one, so they measure the work of the parse and its checks), are parsed in a worker thread: inline,
+# checking them would cost the event loop more than a few hundred µs (bench/body_parse.py).
+THREAD_BYTES = 64 * 1024
+THREAD_VALUES = 5_000
 MAX_MODEL_NAME = 256
 # Model names travel in response headers and logs: printable, no control characters.
 _PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]+")
@@ -86,8 +96,7 @@ class _Call:
     requested_model: str = ""
     route: Route | None = None
     stream: bool = False
-    payload: dict[str, Any] = field(default_factory=dict)
-    raw: bytes = b""
+    raw: bytes = b""  # the body as received, until it is written upstream (the parsed body is never kept)
     served: Target | None = None
     chain_step: int = 0
     fallback: bool = False
@@ -98,7 +107,6 @@ class _Call:
     error_kind: str = ""
     attempts: list[dict[str, Any]] = field(default_factory=list)
     logged: bool = False
-    reserialize: bool = False
     budget: int = 0  # bytes of the body budget this request holds
 
 
@@ -114,6 +122,7 @@ class GatewayApp:
         limits: BodyLimits | None = None,
         body_buffer: int = DEFAULT_BODY_BUFFER,
         body_wait_seconds: float = BODY_WAIT_SECONDS,
+        body_read_timeout: float = BODY_READ_TIMEOUT_SECONDS,
     ) -> None:
         self.config = config
         self._engine = engine
@@ -124,6 +133,7 @@ class GatewayApp:
         # Large bodies share this many bytes per worker (never less than one maximal body).
         self.body_budget = BodyBudget(max(body_buffer, max_body))
         self.body_wait = body_wait_seconds
+        self.body_read_timeout = body_read_timeout
         self._parse_lock: asyncio.Lock | None = None
         self._transports: dict[str, FastTransport] = {}
         self._adapters: dict[str, tuple[ProviderInfo, Adapter]] = {}
@@ -323,7 +333,7 @@ class GatewayApp:
             )
         call.key = self._authenticate(scope, snap)
         call.raw = await self._read_body(call, scope, receive)
-        payload, call.reserialize = await self._parse(call.raw)
+        payload, odd_numbers = await self._parse(call.raw)
         model = payload.get("model")
         if not isinstance(model, str) or not model.strip():
             raise _Reject(400, "Missing required parameter: 'model'.", code="missing_model", param="model")
@@ -342,12 +352,21 @@ class GatewayApp:
                 code="missing_messages",
                 param="messages",
             )
-        call.payload, call.requested_model = payload, model
+        call.requested_model = model
         call.stream = payload.get("stream") is True
+        # Only the raw bytes travel on: the parsed body (several times their size) goes before the upstream call.
+        del payload, messages
         route = snap.resolve(call.key, model)
         if isinstance(route, Refusal):
             raise _Reject(route.status, route.message, kind=route.kind, code=route.code, param="model")
         call.route = route
+        if odd_numbers and _may_rename(route, model) and await self._wide_numbers(call.raw):
+            raise _Reject(
+                400,
+                "The request body holds a number beyond 64-bit range or with a three-digit exponent; "
+                "this route re-addresses the request to another model, which would change it.",
+                code="number_out_of_range",
+            )
         await self._proxy_watching_disconnect(call, snap, receive, send)
 
     async def _read_body(self, call: _Call, scope: dict[str, Any], receive: Any) -> bytes:
@@ -375,6 +394,29 @@ class GatewayApp:
                     kind="server_error",
                     code="overloaded",
                 ) from None
+        try:
+            async with asyncio.timeout(self.body_read_timeout):
+                raw = await self._receive_body(receive)
+        except TimeoutError:
+            log.warning(
+                "gateway: request %s: the client sent its body too slowly (over %g s); answering 408",
+                call.request_id,
+                self.body_read_timeout,
+            )
+            raise _Reject(
+                408,
+                f"The request body did not arrive within {self.body_read_timeout:g} seconds.",
+                code="request_timeout",
+            ) from None
+        # The body's real size from now on: a small one gives all its room back, a large one the difference.
+        if call.budget:
+            keep = len(raw) if len(raw) > self.limits.large_body else 0
+            if keep < call.budget:
+                self.body_budget.release(call.budget - keep)
+                call.budget = keep
+        return raw
+
+    async def _receive_body(self, receive: Any) -> bytes:
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -390,20 +432,24 @@ class GatewayApp:
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     async def _parse(self, raw: bytes) -> tuple[dict[str, Any], bool]:
-        """parse_body; a large body in a worker thread, one at a time, so the event loop never waits on two."""
+        """parse_body; a large or many-valued body in a worker thread, one at a time (see _in_thread)."""
         try:
-            if len(raw) <= self.limits.large_body:
+            if len(raw) <= THREAD_BYTES and raw.count(b",") <= THREAD_VALUES:
                 return parse_body(raw, self.limits)
-            if self._parse_lock is None:
-                self._parse_lock = asyncio.Lock()
-            async with self._parse_lock:
-                return await asyncio.to_thread(parse_body, raw, self.limits)
+            return await self._in_thread(functools.partial(parse_body, raw, self.limits, slice_bytes=MIB))
         except BodyError as exc:
             raise _Reject(400, exc.message, code=exc.code, param=exc.param) from None
 
+    async def _in_thread(self, fn: Any, *args: Any) -> Any:
+        """Run `fn` in a worker thread, one at a time, so the event loop never waits on two (orjson holds the GIL)."""
+        if self._parse_lock is None:
+            self._parse_lock = asyncio.Lock()
+        async with self._parse_lock:
+            return await asyncio.to_thread(fn, *args)
+
     def _release_body(self, call: _Call) -> None:
-        """The body is gone (sent upstream or refused): drop it and give its room back."""
-        call.raw, call.payload = b"", {}
+        """The body is gone (written upstream or refused): drop it and give its room back."""
+        call.raw = b""
         if call.budget:
             self.body_budget.release(call.budget)
             call.budget = 0
@@ -435,7 +481,9 @@ class GatewayApp:
 
     def _callable(self, snap: Snapshot, target: Target) -> bool:
         provider = snap.providers.get(target.provider)
-        return provider is not None and provider.protocol in ADAPTERS
+        # A provider whose stored key cannot be decrypted is skipped like an unknown protocol: the chain
+        # serves, and its circuit is never consulted (a configuration fault is not the provider being down).
+        return provider is not None and provider.protocol in ADAPTERS and not provider.credential_unavailable
 
     async def _proxy(self, call: _Call, snap: Snapshot, send: Any) -> None:
         """DESIGN.md fallback: closed target -> it; open -> first available chain entry; none -> primary anyway."""
@@ -458,6 +506,9 @@ class GatewayApp:
                     return
         if not primary_ok:
             provider = snap.providers.get(route.primary.provider)
+            if provider is not None and provider.credential_unavailable:
+                message = credential_unavailable_message(provider.name)
+                raise _Reject(502, message, kind="upstream_error", code="credential_unavailable")
             message = (
                 f"Provider `{route.primary.provider}` is not configured."
                 if provider is None
@@ -497,13 +548,13 @@ class GatewayApp:
         headers = self._attribution(call, target)
         provider = snap.providers[target.provider]
         adapter = self._adapter(provider)
-        # Exactly what was validated goes upstream, in one copy: the raw bytes when they say nothing the
-        # parsed object does not (no repeated key) and the model stays, else the parsed object re-serialised.
-        body = call.raw
-        if target.model != call.requested_model or call.reserialize:
-            call.raw = body = b""  # dropped before the new copy is built
-            body = orjson.dumps({**call.payload, "model": target.model})
-        call.raw, call.payload = b"", {}
+        # Exactly what was validated goes upstream, in one copy: the raw bytes (no key repeats, so they say
+        # what the parsed object said) unless the model changes, then the body parsed again and re-serialised.
+        if target.model != call.requested_model:
+            call.raw = await self._renamed(call.raw, target.model)
+        # The transport holds the only reference from here and drops it once the bytes are written.
+        body = RequestBody(call.raw, on_sent=lambda: self._release_body(call))
+        call.raw = b""
         attempt: dict[str, Any] = {
             "provider": target.provider,
             "model": target.model,
@@ -519,15 +570,14 @@ class GatewayApp:
                 try:
                     response = await adapter.chat(body, stream=call.stream)
                 finally:
-                    body = b""  # the upstream has the request (or never will): its bytes can go
-                    self._release_body(call)
+                    body.sent()  # the upstream has the request (or never will): its bytes can go
         except (UpstreamError, TimeoutError) as exc:
             kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
             message = exc.message if isinstance(exc, UpstreamError) else "The upstream exceeded the deadline."
             attempt["error"], attempt["duration_ms"] = kind, _ms(t0)
             status = 504 if kind == "timeout" else 502
             call.status, call.error_kind = status, kind
-            report(Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
+            report(_outcome_of(kind))
             self._log(call)
             await _respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
             return
@@ -548,6 +598,21 @@ class GatewayApp:
             await _respond(send, response.status, response.body, headers=response.headers, extra=headers)
             return
         await self._relay_stream(call, send, response, headers, attempt, t0, deadline, report)
+
+    async def _wide_numbers(self, raw: bytes) -> bool:
+        if len(raw) <= THREAD_BYTES:
+            return wide_numbers(raw)
+        return await self._in_thread(wide_numbers, raw)
+
+    async def _renamed(self, raw: bytes, model: str) -> bytes:
+        def rename() -> bytes:
+            payload = orjson.loads(raw)
+            payload["model"] = model
+            return orjson.dumps(payload)
+
+        if len(raw) <= THREAD_BYTES and raw.count(b",") <= THREAD_VALUES:
+            return rename()
+        return await self._in_thread(rename)
 
     async def _relay_stream(
         self,
@@ -636,6 +701,8 @@ class GatewayApp:
     def _adapter(self, provider: ProviderInfo) -> Adapter:
         """One adapter per provider configuration, one connection pool per provider."""
         cached = self._adapters.get(provider.name)
+        # Equality covers every field, credential_unavailable included: an adapter built while the key
+        # decrypted (or was empty) never serves a configuration whose key does not, nor the reverse.
         if cached is not None and cached[0] == provider:
             return cached[1]
         transport = self._transports.get(provider.name)
@@ -747,6 +814,24 @@ class _SendTracker:
         await self.send(message)
 
 
+def _outcome_of(kind: str) -> Outcome:
+    """The breaker outcome of a call that produced no response. `credential_unavailable` (nothing was sent:
+    the stored key cannot be decrypted) is a configuration fault, not the provider failing: it is reported
+    as cancelled, which the breaker ignores and which still frees a probe slot."""
+    if kind == "timeout":
+        return Outcome.timeout()
+    if kind == "credential_unavailable":
+        return Outcome.cancelled()
+    return Outcome.connection_error()
+
+
+def _may_rename(route: Route, model: str) -> bool:
+    """Whether a call on this route may name another model upstream than the client did (alias or fallback)."""
+    if route.primary.model != model:
+        return True
+    return route.chain is not None and any(entry.model != model for entry in route.chain.entries)
+
+
 def _too_large(limit: int) -> str:
     return f"The request body is larger than the gateway's limit of {limit // (1024 * 1024)} MiB."
 
@@ -800,4 +885,5 @@ def create_app() -> GatewayApp:
         deadline_seconds=getattr(settings, "GATEWAY_DEADLINE_SECONDS", 300.0),
         limits=BodyLimits.from_settings(settings),
         body_buffer=getattr(settings, "GATEWAY_BODY_BUFFER_BYTES", DEFAULT_BODY_BUFFER),
+        body_read_timeout=getattr(settings, "GATEWAY_BODY_READ_TIMEOUT_SECONDS", BODY_READ_TIMEOUT_SECONDS),
     )

@@ -1,21 +1,27 @@
 """Bounds on a chat request's body, checked before the parse can allocate what a hostile body multiplies.
 
 A 10 MiB body of `{},{},...` is 3.5 million dicts once parsed (over 300 MB); short strings, floats
-and keys multiply the same way. So the body's keys and values are counted first, at C speed on
+and keys multiply the same way. So a body that could hold too many is counted first, at C speed on
 the raw bytes (`count`, `split`, `join`; strings are cut out so that braces and commas inside them
 do not count), and a body over the limit is refused without being parsed. The parsed object is then
 checked exactly: depth, string lengths, messages, content parts, tools, and whether it holds every
-key the text has (a repeated key, however it is spelt, e.g. `"mod\\u0065l"`, leaves fewer).
+key the text has: a key repeated in one object, however it is spelt (e.g. `"mod\\u0065l"`), is a 400,
+so the bytes that go upstream always say exactly what was validated.
 
-Large bodies are parsed in a worker thread, one at a time (see GatewayApp._parse), and a worker's
-large bodies share one byte budget (BodyBudget), so a burst of maximal bodies queues instead of
-multiplying the worker's memory.
+Large or many-valued bodies are parsed in a worker thread, one at a time (see GatewayApp._parse),
+and a worker's large bodies share one byte budget (BodyBudget), so a burst of maximal bodies queues
+instead of multiplying the worker's memory. docs/decisions.md ("Gateway request bodies under hostile
+input") gives the reasons and the figures.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
+import json
+import re
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,79 +66,188 @@ class BodyError(Exception):
         self.message, self.code, self.param = message, code, param
 
 
-def structure(raw: bytes, max_values: int) -> tuple[int, int]:
+def structure(raw: bytes, max_values: int, *, slice_bytes: int = 0) -> tuple[int, int]:
     """(keys and values, keys) that the JSON text `raw` holds; exact for valid JSON, an upper bound otherwise.
 
     Counts only what lies outside strings: every value but the first of a container follows a comma,
     every key a colon. Stops early (returning a count over `max_values`) when the strings alone are
     too many, so that cutting them out never allocates more than `max_values` pieces.
+
+    With `slice_bytes`, the text is counted in slices of about that size (never cut just after a
+    backslash, so no escape is split), yielding the GIL between them: each C call holds it for one
+    slice only, so the event loop's thread gets a turn while a worker thread counts a large body.
     """
-    # Escapes first: `\\` pairs, then `\"`, so that every quote left delimits a string.
-    text = raw
-    if text.find(b"\\") >= 0:  # one memchr pass; the pair searches below are slower
-        if b"\\\\" in text:
-            text = text.replace(b"\\\\", b"")
-        if b'\\"' in text:
-            text = text.replace(b'\\"', b"")
-    strings = text.count(b'"') // 2
-    if strings > max_values:
-        return strings, 0
-    outside = b"".join(text.split(b'"')[::2]) if strings else text
-    # What is left of the text outside strings is the structure: one byte per container, comma and colon.
-    marks = outside.translate(None, _NOT_STRUCTURE)
-    values = 1 + len(marks)
-    keys = marks.count(b":") if values <= max_values else 0
+    values, keys, strings, inside = 1, 0, 0, False
+    start, end, size = 0, 0, len(raw)
+    while end < size:
+        end = size if not slice_bytes else min(start + slice_bytes, size)
+        while end < size and raw[end - 1] == 0x5C:  # a backslash: the escape it starts is in the next byte
+            end += 1
+        text = raw if (start, end) == (0, size) else raw[start:end]
+        if start:
+            time.sleep(0)  # hand the GIL over between slices
+        start = end
+        # Escapes first: `\\` pairs, then `\"`, so that every quote left delimits a string.
+        if text.find(b"\\") >= 0:  # one memchr pass; the pair searches below are slower
+            if b"\\\\" in text:
+                text = text.replace(b"\\\\", b"")
+            if b'\\"' in text:
+                text = text.replace(b'\\"', b"")
+        quotes = text.count(b'"')
+        strings += quotes
+        if strings // 2 > max_values:
+            return strings // 2, 0
+        if quotes:
+            parts = text.split(b'"')
+            outside = b"".join(parts[1::2] if inside else parts[::2])
+            inside ^= quotes % 2 == 1
+        else:
+            outside = b"" if inside else text
+        # What is left of the text outside strings is the structure: one byte per container, comma and colon.
+        marks = outside.translate(None, _NOT_STRUCTURE)
+        values += len(marks)
+        keys += marks.count(b":")
+        if values > max_values:
+            return values, 0
     return values, keys
 
 
-def parse_body(raw: bytes, limits: BodyLimits) -> tuple[dict[str, Any], bool]:
-    """Parse and check a chat body. Returns (payload, repeated_keys); raises BodyError.
+def estimate(raw: bytes) -> int:
+    """An upper bound on the keys and values of the JSON text `raw`, in four C-speed counts.
 
-    `repeated_keys` is true when the text holds a key twice in one object: the parsed object kept
-    the last one, and only a re-serialised body says exactly that to the upstream.
+    Every value but the top one follows a `{`, `[`, `,` or `:` (strings may hold these bytes too,
+    so this over-counts, never under-counts). Cheap enough for every request; decides where the
+    body is parsed and whether the exact count (`structure`) is needed at all.
     """
-    values, keys = structure(raw, limits.max_values)
-    if values > limits.max_values:
-        raise BodyError(
-            f"The request body holds more than {limits.max_values:,} JSON keys and values; "
-            "send fewer messages, content parts or tools.",
-            code="too_many_json_values",
-        )
+    return 1 + raw.count(b"{") + raw.count(b"[") + raw.count(b",") + raw.count(b":")
+
+
+# Integer literals of 20 digits or more (beyond 64 bits, or close: orjson turns those into floats) and
+# exponents of three digits (1e-400 becomes 0.0, 1e400 is refused): numbers a re-serialised body would change.
+_WIDE_NUMBER = re.compile(rb"[0-9]{20}|[eE][-+]?0*[1-9][0-9]{2}")
+
+
+# Digits to "0", "E" to "e", "+" to "-": a wide number leaves "0" * 20, "e000" or "e-000" in the mapped text.
+_DIGITS = bytes.maketrans(b"123456789E+", b"000000000e-")
+
+
+def wide_numbers(raw: bytes) -> bool:
+    """Whether the JSON text `raw` holds a number outside strings that orjson cannot round-trip exactly."""
+    mapped = raw.translate(_DIGITS)  # C speed; the regex below runs only on a suspicious body
+    if b"0" * 20 not in mapped and b"e000" not in mapped and b"e-000" not in mapped:
+        return False
+    text = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    return bool(_WIDE_NUMBER.search(b" ".join(text.split(b'"')[::2])))
+
+
+def parse_body(raw: bytes, limits: BodyLimits, *, slice_bytes: int = 0) -> tuple[dict[str, Any], bool]:
+    """Parse and check a chat body. Returns (payload, odd_numbers); raises BodyError.
+
+    The exact pre-scan runs only when the body may hold too many values: never for a body of at most
+    `max_values` bytes (it cannot hold more values than bytes), nor when the cheap bound says so.
+    `odd_numbers` is true when the body may hold a number orjson does not read exactly (see wide_numbers).
+    `slice_bytes` as for `structure` (a worker thread passes it; orjson's parse itself is one C call).
+    """
+    keys = -1  # not counted yet
+    if len(raw) > limits.max_values and estimate(raw) > limits.max_values:
+        values, keys = structure(raw, limits.max_values, slice_bytes=slice_bytes)
+        if values > limits.max_values:
+            raise BodyError(
+                f"The request body holds more than {limits.max_values:,} JSON keys and values; "
+                "send fewer messages, content parts or tools.",
+                code="too_many_json_values",
+            )
     try:
         payload = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise BodyError(f"The request body is not valid JSON: {exc}.", code="invalid_json") from None
     if not isinstance(payload, dict):
         raise BodyError("The request body must be a JSON object.", code="invalid_json")
-    parsed_keys = _walk(payload, limits)
+    parsed_keys, string_colons, odd_numbers = _walk(payload, len(raw), limits)
+    if keys < 0:
+        # Every key of the text has one colon outside strings. The colons outside strings are at most all
+        # colons, less those the parsed strings hold, plus the `\u003a` escapes that made some of them:
+        # when the parsed keys reach that bound, every key of the text is there and none repeated.
+        escaped = raw.count(b"\\u003a") + raw.count(b"\\u003A") if b"\\u003" in raw else 0
+        if parsed_keys != raw.count(b":") - string_colons + escaped:
+            keys = structure(raw, len(raw) + 1, slice_bytes=slice_bytes)[1]  # exact, rarely needed
+    if keys >= 0 and parsed_keys != keys:
+        _fail_repeated(raw)
     _check_chat(payload, limits)
-    return payload, parsed_keys != keys
+    return payload, odd_numbers
 
 
-def _walk(payload: dict[str, Any], limits: BodyLimits) -> int:
-    """Check depth and string lengths everywhere; return how many keys the parsed object holds."""
+# Floats orjson may have made of a number it could not read exactly: an integer beyond 64 bits (at least
+# 2**63 in magnitude) or an exponent beyond a double's range (read as 0.0).
+_ODD_FLOAT = float(2**63)
+
+
+def _walk(payload: dict[str, Any], size: int, limits: BodyLimits) -> tuple[int, int, bool]:
+    """Check depth and string lengths everywhere. Returns (keys the parsed object holds, colons in its
+    strings and keys, whether a float may stand for a number the text spelt otherwise).
+
+    A body of at most `max_string_chars` bytes cannot hold a longer string (every character takes at
+    least one byte), so lengths are checked only in larger ones. Only non-empty containers are pushed;
+    depth is checked as each container is met.
+    """
     max_depth, max_chars = limits.max_depth, limits.max_string_chars
-    keys = 0
+    check_strings = size > max_chars
+    keys = colons = 0
+    odd = False
     stack: list[tuple[Any, int]] = [(payload, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        value, depth = stack.pop()
-        if depth > max_depth:
-            _fail_depth(payload, limits)
+        value, depth = pop()
         if type(value) is dict:
             keys += len(value)
-            items = value.values()
             for key in value:
-                if len(key) > max_chars:
+                if ":" in key:
+                    colons += key.count(":")
+                if check_strings and len(key) > max_chars:
                     _fail_string(payload, limits)
-        else:
-            items = value
-        for item in items:
+            value = value.values()
+        child = depth + 1
+        for item in value:
             kind = type(item)
-            if kind is dict or kind is list:
-                stack.append((item, depth + 1))
-            elif kind is str and len(item) > max_chars:
-                _fail_string(payload, limits)
-    return keys
+            if kind is str:
+                if ":" in item:
+                    colons += item.count(":")
+                if check_strings and len(item) > max_chars:
+                    _fail_string(payload, limits)
+            elif kind is dict or kind is list:
+                if child > max_depth:  # a container here, even an empty one, is too deep
+                    _fail_depth(payload, limits)
+                if item:
+                    push((item, child))
+            elif kind is float and (not item or item >= _ODD_FLOAT or item <= -_ODD_FLOAT):
+                odd = True
+    return keys, colons, odd
+
+
+def _fail_repeated(raw: bytes) -> None:
+    """Name the first object that repeats a key (however it is spelt): the text parsed again, with pairs."""
+    found: list[tuple[str, dict[str, Any]]] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        value = dict(items)
+        if not found and len(value) < len(items):
+            seen: set[str] = set()
+            for key, _ in items:
+                if key in seen:
+                    found.append((key, value))
+                    break
+                seen.add(key)
+        return value
+
+    tree = json.loads(raw, object_pairs_hook=pairs)  # valid JSON: orjson read it
+    key, holder = found[0] if found else ("", None)
+    path = _find(tree, lambda value, depth: value is holder)
+    param = f"{path}.{_clip(key)}" if path != "(body)" else _clip(key)
+    raise BodyError(
+        f"The request body repeats the key '{_clip(key)}' in one object (at '{param}'); send each key once.",
+        code="duplicate_key",
+        param=param,
+    )
 
 
 def _check_chat(payload: dict[str, Any], limits: BodyLimits) -> None:
@@ -182,24 +297,46 @@ def _fail_string(payload: Any, limits: BodyLimits) -> None:
     )
 
 
+# Keys are echoed in an error's `param` and `message`: each is cut to this many characters there.
+PATH_KEY_CHARS = 64
+
+
+def _clip(key: str) -> str:
+    return key if len(key) <= PATH_KEY_CHARS else key[:PATH_KEY_CHARS] + "..."
+
+
 def _find(payload: Any, bad: Any) -> str:
     """Path (`messages[3].content`) of the first value `bad(value, depth)` flags; only on the error path.
 
     Object keys are checked as strings too: a key too long is reported at the object holding it.
+    Each stack entry keeps its parent's entry and its own key or index, so a wide container costs
+    one small tuple per member; the path is spelt only for the value found.
     """
-    stack: list[tuple[Any, int, str]] = [(payload, 1, "")]
+    Node = tuple[Any, int, Any, Any]  # (value, depth, parent node, key or index)
+    stack: list[Node] = [(payload, 1, None, None)]
     while stack:
-        value, depth, path = stack.pop()
+        node = stack.pop()
+        value, depth = node[0], node[1]
         if bad(value, depth):
-            return path or "(body)"
+            return _path(node)
         if isinstance(value, dict):
             for key, item in value.items():
                 if bad(key, depth):
-                    return path or "(body)"
-                stack.append((item, depth + 1, f"{path}.{key}" if path else key))
+                    return _path(node)
+                stack.append((item, depth + 1, node, key))
         elif isinstance(value, list):
-            stack.extend((item, depth + 1, f"{path}[{i}]") for i, item in enumerate(value))
+            stack.extend((item, depth + 1, node, i) for i, item in enumerate(value))
     return "(body)"
+
+
+def _path(node: Any) -> str:
+    parts: list[str] = []
+    while node is not None and node[2] is not None:
+        key = node[3]
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{_clip(key)}")
+        node = node[2]
+    path = "".join(reversed(parts)).removeprefix(".")
+    return path or "(body)"
 
 
 class BodyBudget:
@@ -226,7 +363,9 @@ class BodyBudget:
             if waiter.done() and not waiter.cancelled():
                 self.release(size)  # granted just as we gave up: give it back
             else:
-                self._waiters.remove(entry)
+                # A cancelled waiter may already have been dropped by _wake (which skips done futures).
+                with contextlib.suppress(ValueError):
+                    self._waiters.remove(entry)
                 self._wake()  # the head of the queue may fit now
             raise
         return size

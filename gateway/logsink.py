@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 STREAM_KEY = "cp:requestlogs"
 DEFAULT_MAXLEN = 1_000_000  # about 730 bytes an entry in Redis: ~0.7 GiB at the cap
+# The dead-letter stream keeps the newest entries for inspection (approximately; every entry is also logged and
+# counted in `<stream>:dead_lettered`), so a flood of bad records cannot fill Redis either.
+DEAD_LETTER_MAXLEN = 100_000
 
 
 @dataclass(frozen=True)
@@ -380,6 +383,10 @@ class LogSink:
         if self._redis_url:
             client = self._client()
             pipe = client.pipeline(transaction=False)
-            pipe.xadd(self.keys.dead, {"raw": line, "error": f"undecodable line {number} of spill file {path.name}"})
+            pipe.xadd(
+                self.keys.dead,
+                {"raw": line, "error": f"undecodable line {number} of spill file {path.name}"},
+                maxlen=DEAD_LETTER_MAXLEN,
+            )
             pipe.incr(self.keys.dead_lettered)
             pipe.execute()

@@ -42,6 +42,10 @@ class ProviderInfo:
     api_key: str = field(repr=False)
     connect_timeout: float = 5.0
     read_timeout: float = 60.0
+    # The stored key exists but the configured keys cannot decrypt it (api_key is then ""). A field, so
+    # that it takes part in equality: a provider whose key became (or stopped being) undecryptable is
+    # a different configuration, never served by an adapter built for the other one.
+    credential_unavailable: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,10 +214,19 @@ def snapshot_build(*, version: int) -> Snapshot:
 def _snapshot_read(version: int) -> Snapshot:
     from catalog.models import ApiKey, LlmModel, Provider
     from chains.models import FallbackChain
+    from controlplane.crypto import Undecryptable
     from routing.models import Alias, Guardrail, RoutingRule
 
     providers = {
-        p.name: ProviderInfo(p.name, p.protocol, p.base_url.rstrip("/"), p.api_key, p.connect_timeout, p.read_timeout)
+        p.name: ProviderInfo(
+            p.name,
+            p.protocol,
+            p.base_url.rstrip("/"),
+            str(p.api_key),
+            p.connect_timeout,
+            p.read_timeout,
+            credential_unavailable=isinstance(p.api_key, Undecryptable),
+        )
         for p in Provider.objects.all()
     }
     models = {

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 import redis
 
-from gateway.logsink import STREAM_KEY, StreamKeys
+from gateway.logsink import DEAD_LETTER_MAXLEN, STREAM_KEY, StreamKeys
 from requestlogs.services import request_logs_insert_isolating
 
 log = logging.getLogger(__name__)
@@ -122,12 +122,12 @@ def _ingest(*, redis_url: str, batch_size: int, max_batches: int, stream: str, c
         pipe = client.pipeline(transaction=False)  # dead letters, XACK and XDEL in one round trip
         for mid, fields in undecodable:
             log.error("request-log stream entry %s cannot be decoded; moved to %s", mid.decode(), keys.dead)
-            pipe.xadd(keys.dead, {**fields, "entry_id": mid, "error": "undecodable entry"})
+            pipe.xadd(keys.dead, {**fields, "entry_id": mid, "error": "undecodable entry"}, maxlen=DEAD_LETTER_MAXLEN)
         for record, error in refused:
             log.error(
                 "request log %s refused by the database (%s); moved to %s", record.get("request_id"), error, keys.dead
             )
-            pipe.xadd(keys.dead, {"r": orjson.dumps(record), "error": error})
+            pipe.xadd(keys.dead, {"r": orjson.dumps(record), "error": error}, maxlen=DEAD_LETTER_MAXLEN)
         if undecodable or refused:
             pipe.incrby(keys.dead_lettered, len(undecodable) + len(refused))
         ids = [mid for mid, _ in messages]

@@ -40,4 +40,7 @@ class Adapter(ABC):
 
     @abstractmethod
     async def chat(self, body: bytes, *, stream: bool) -> UpstreamResponse:
-        """Send an OpenAI-shaped chat request; answer in OpenAI shape. Raises UpstreamError."""
+        """Send an OpenAI-shaped chat request; answer in OpenAI shape. Raises UpstreamError.
+
+        `body` may be a transport.RequestBody (same length): the transport drops it once written.
+        """

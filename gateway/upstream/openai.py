@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from controlplane.crypto import ROTATION_FIX, Undecryptable
+from controlplane.crypto import ROTATION_FIX, credential_unavailable_message
 from gateway.snapshot import ProviderInfo
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
 from gateway.upstream.transport import FastTransport, RawResponse, origin_of
@@ -36,8 +36,9 @@ class OpenAIAdapter(Adapter):
         )
         # A stored key the configured keys cannot decrypt reads as "": sending the call without
         # credentials would fail upstream in a misleading way (or reach an open endpoint), so refuse.
-        self._undecryptable = isinstance(provider.api_key, Undecryptable)
-        if provider.api_key:
+        # Decided once, when the snapshot is built (ProviderInfo.credential_unavailable).
+        self._undecryptable = provider.credential_unavailable
+        if provider.api_key and not self._undecryptable:
             head += f"Authorization: Bearer {_header_safe(provider.api_key)}\r\n"
         self._head = head.encode()
 
@@ -45,11 +46,7 @@ class OpenAIAdapter(Adapter):
         name = self.provider.name
         if self._undecryptable:
             log.error("Provider %s: its stored API key cannot be decrypted; not calling it. %s", name, ROTATION_FIX)
-            raise UpstreamError(
-                "credential_unavailable",
-                f"The API key of provider {name} cannot be decrypted by the gateway, so it was not called. "
-                "An administrator must restore the encryption keys (see the gateway log).",
-            )
+            raise UpstreamError("credential_unavailable", credential_unavailable_message(name))
         # The head and the body are written one after the other: the body (up to the gateway's body
         # limit) is never copied into one buffer with the head.
         head = self._head + b"Content-Length: %d\r\n\r\n" % len(body)

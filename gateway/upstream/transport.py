@@ -24,6 +24,9 @@ import httpx
 # Drop idle connections before typical servers do (uvicorn 5 s, nginx 75 s), so a reused
 # connection is rarely one the server is closing at that moment.
 DEFAULT_KEEPALIVE_EXPIRY = 4.0
+# A reused keep-alive connection found closed this soon after the request was written is retried once
+# (the server had closed it while idle): the body is kept this long, then dropped.
+RETRY_WINDOW = 0.05
 _HOP_BY_HOP = {b"host", b"connection", b"keep-alive", b"transfer-encoding", b"accept-encoding", b"content-length"}
 
 
@@ -36,6 +39,7 @@ class _Connection(asyncio.Protocol):
         self.error: Exception | None = None
         self._waiter: asyncio.Future[None] | None = None
         self.on_close: Any = None
+        self.write_paused = False  # the transport's state, across requests
         self.reset()
 
     def reset(self) -> None:
@@ -81,11 +85,12 @@ class _Connection(asyncio.Protocol):
             self.error = httpx.RemoteProtocolError("Server disconnected without sending a complete response.")
         self._wake()
 
-    def pause_writing(self) -> None:  # the request body is written in one go; the kernel buffers it
-        pass
+    def pause_writing(self) -> None:  # asyncio buffers what the kernel did not take, past its high-water mark
+        self.write_paused = True
 
-    def resume_writing(self) -> None:
-        pass
+    def resume_writing(self) -> None:  # the buffer is below its low-water mark: the body is (nearly) all written
+        self.write_paused = False
+        self._wake()
 
     # -- httptools callbacks ----------------------------------------------------------------
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -145,6 +150,14 @@ class _Connection(asyncio.Protocol):
         finally:
             self._waiter = None
 
+    async def wait_for(self, timeout: float) -> bool:
+        """Wait for parser progress at most `timeout` seconds; False if none came."""
+        try:
+            await self.wait(timeout)
+        except httpx.ReadTimeout:
+            return False
+        return True
+
     def take_chunk(self) -> bytes:
         chunk = self.chunks.popleft()
         self.buffered -= len(chunk)
@@ -157,6 +170,35 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.close()
         self.closed = True
+
+
+class RequestBody:
+    """A request body handed to the transport, which holds the only reference and drops it once written.
+
+    `sent()` drops it and calls `on_sent` (once): the transport calls it when the bytes are in the
+    kernel (asyncio's write buffer below its high-water mark) and no retry can need them again, the
+    caller when the call failed or ended. `len()` is the body's length, even after it was dropped.
+    """
+
+    __slots__ = ("_length", "_on_sent", "data")
+
+    def __init__(self, data: bytes, *, on_sent: Any = None) -> None:
+        self.data = data
+        self._length = len(data)
+        self._on_sent = on_sent
+
+    def __len__(self) -> int:
+        return self._length
+
+    @property
+    def held(self) -> bool:
+        return self._on_sent is not None or bool(self.data)
+
+    def sent(self) -> None:
+        self.data = b""
+        on_sent, self._on_sent = self._on_sent, None
+        if on_sent is not None:
+            on_sent()
 
 
 class _Body(httpx.AsyncByteStream):
@@ -314,12 +356,15 @@ class FastTransport(httpx.AsyncBaseTransport):
         origin: Origin,
         payload: bytes,
         *,
-        body: bytes = b"",
+        body: bytes | RequestBody = b"",
         connect_timeout: float | None,
         read_timeout: float | None,
     ) -> RawResponse:
         """Write one complete HTTP/1.1 request (`payload`, then `body` if given) and return once the
-        response head arrived. The two are written without being joined, so a large body is not copied."""
+        response head arrived. The two are written without being joined, so a large body is not copied.
+        A RequestBody is dropped (and its `sent()` called) as soon as it is written and cannot be retried."""
+        if not isinstance(body, RequestBody):
+            body = RequestBody(body)
         slots = self._slots.get(origin)
         if slots is None:
             slots = self._slots[origin] = asyncio.Semaphore(self._max_connections)
@@ -341,7 +386,7 @@ class FastTransport(httpx.AsyncBaseTransport):
         self,
         origin: Origin,
         payload: bytes,
-        body: bytes,
+        body: RequestBody,
         slots: asyncio.Semaphore,
         connect_timeout: float | None,
         read_timeout: float | None,
@@ -356,20 +401,30 @@ class FastTransport(httpx.AsyncBaseTransport):
             assert conn.transport is not None
             sent_at = loop.time()
             try:
-                if body:
-                    conn.transport.writelines((payload, body))
+                if body.data:
+                    conn.transport.writelines((payload, body.data))
                 else:
                     conn.transport.write(payload)
                 while not conn.headers_done:
                     if conn.error is not None or conn.closed:
                         raise conn.error or httpx.RemoteProtocolError("Upstream closed the connection.")
+                    if body.held and not conn.write_paused:
+                        # Written (what asyncio still buffers is under its high-water mark). Kept only while a
+                        # retry is possible: a reused connection, nothing heard yet, within the window.
+                        window = RETRY_WINDOW - (loop.time() - sent_at)
+                        if not reused or attempt or conn.received_any or window <= 0:
+                            body.sent()
+                        else:
+                            await conn.wait_for(window)
+                            continue
                     await conn.wait(read_timeout)
             except httpx.RemoteProtocolError:
                 conn.close()
                 # Retry once only when a reused keep-alive connection was found closed at once: the server
                 # had closed it while idle. A close after the server had time to work could be a request it
                 # processed, and replaying it would double the upstream's work and cost.
-                if reused and not conn.received_any and attempt == 0 and loop.time() - sent_at < 0.05:
+                retryable = reused and not conn.received_any and attempt == 0 and loop.time() - sent_at < RETRY_WINDOW
+                if retryable and (body.data or not len(body)):
                     continue
                 raise
             except BaseException:

@@ -2,7 +2,8 @@
 
 KEYS (all share the circuit's hash tag `{provider/model}`, see redis_backend.circuit_tag):
   1 = state hash, 2 = sorted set of every counted outcome, 3 = sorted set of the failures
-  (score = time in ms, member = per-circuit sequence number), 4 = set of released probe tickets.
+  (score = time in ms, member = per-circuit sequence number), 4 = sorted set of released probe
+  tickets (score = when the ticket may be forgotten, Redis TIME ms).
 ARGV[1] = time override in ms ('' in production: the script reads Redis TIME, the one clock every
 process shares). ARGV[2] = transition channel, ARGV[3] = provider, ARGV[4] = model.
 Every script replies with the eight circuit fields of `reply()` after its own leading values.
@@ -56,7 +57,8 @@ end
 """
 
 # ARGV[5] = probe timeout in ms, [6] = the caller's deadline in Redis TIME ms ('' = none), [7] = the
-# caller's ticket ('' = none). Reply: allowed, probe, then the circuit.
+# caller's ticket ('' = none). Reply: allowed ('1', '0', or 'late' when the deadline had passed: the
+# caller's clock offset may be wrong), probe, then the circuit.
 ALLOW = (
     PRELUDE
     + r"""
@@ -70,8 +72,12 @@ elseif c.probe_at ~= nil and now < c.probe_at + tonumber(ARGV[5]) then
 end
 -- The caller stopped waiting for this reply (the script runs late, say after a frozen connection resumed)
 -- or has released its ticket: a slot granted now would be held by nobody until the probe timeout.
-if ARGV[6] ~= '' and real_ms() > tonumber(ARGV[6]) then return concat({'0', '0'}, c) end
-if ARGV[7] ~= '' and redis.call('SISMEMBER', KEYS[4], ARGV[7]) == 1 then return concat({'0', '0'}, c) end
+if ARGV[6] ~= '' or ARGV[7] ~= '' then
+  local real = real_ms()
+  if ARGV[6] ~= '' and real > tonumber(ARGV[6]) then return concat({'late', '0'}, c) end
+  local forget_at = ARGV[7] ~= '' and redis.call('ZSCORE', KEYS[4], ARGV[7])
+  if forget_at and tonumber(forget_at) > real then return concat({'0', '0'}, c) end
+end
 -- Half-open with a free (or abandoned) slot: this caller is the probe.
 c.state = 'half_open'
 c.probe_at = now
@@ -83,22 +89,33 @@ return concat({'1', '1'}, c)
 """
 )
 
-# ARGV[5] = a ticket whose allow() the caller gave up on, [6] = how long to remember it (ms).
-# Frees the slot if that ticket holds it; otherwise remembers the ticket so that the allow, should it
-# still arrive, grants nothing. Reply: 'released' | 'ignored', then the circuit.
+# ARGV[5] = how long to remember the tickets (ms), [6..] = tickets whose allow() the caller gave up on.
+# Frees the slot if one of them holds it; remembers each ticket (until Redis TIME + ARGV[5]) so that its
+# allow, should it still arrive, grants nothing. Tickets past their time are dropped on every release, so
+# the set holds only the releases of the last ARGV[5] ms. Reply: 'released' | 'ignored', then the circuit.
 RELEASE = (
     PRELUDE
     + r"""
-redis.call('SADD', KEYS[4], ARGV[5])
-redis.call('PEXPIRE', KEYS[4], tonumber(ARGV[6]))
+local real = real_ms()
+local forget_at = real + tonumber(ARGV[5])
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', real)
+for i = 6, #ARGV do redis.call('ZADD', KEYS[4], forget_at, ARGV[i]) end
+-- The key goes when its last member does (another engine may remember tickets for longer).
+local last = redis.call('ZRANGE', KEYS[4], -1, -1, 'WITHSCORES')
+if last[2] then redis.call('PEXPIREAT', KEYS[4], tonumber(last[2])) end
 local c = load()
-if c.state == 'half_open' and c.probe_at ~= nil and redis.call('HGET', KEYS[1], 'probe_ticket') == ARGV[5] then
-  c.probe_at = nil
-  c.gen = c.gen + 1
-  save(c)
-  redis.call('HDEL', KEYS[1], 'probe_ticket')
-  publish(c)
-  return concat({'released'}, c)
+local holder = redis.call('HGET', KEYS[1], 'probe_ticket')
+if c.state == 'half_open' and c.probe_at ~= nil and holder then
+  for i = 6, #ARGV do
+    if ARGV[i] == holder then
+      c.probe_at = nil
+      c.gen = c.gen + 1
+      save(c)
+      redis.call('HDEL', KEYS[1], 'probe_ticket')
+      publish(c)
+      return concat({'released'}, c)
+    end
+  end
 end
 return concat({'ignored'}, c)
 """

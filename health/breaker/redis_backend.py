@@ -12,14 +12,17 @@ The request path never waits on Redis for a closed circuit:
   MemoryEngine seeded from the mirror, logs once, and the subscriber thread keeps trying to reconnect;
   when Redis answers again it resynchronises the mirror and Redis is the truth again.
 - A probe round trip the caller gave up on must not leave a slot held by nobody: the script gets the
-  caller's deadline (Redis TIME) and grants nothing once it has passed, and the engine releases the
-  ticket of every such call when Redis answers again.
+  caller's deadline (Redis TIME, with a wide margin for the error of the clock offset) and grants nothing
+  once it has passed, and the engine releases the ticket of every such call when Redis answers again.
+  A grant refused as late says the offset is off: the engine re-measures it in the background and holds
+  that circuit locally for `late_hold` seconds, so its callers do not each make a round trip meanwhile.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import secrets
 import threading
@@ -57,6 +60,7 @@ _STOP = object()
 _MAX_PENDING = 100_000
 _BATCH = 256
 _MAX_ABANDONED = 10_000
+_OFFSET_SAMPLES = 5  # TIME round trips per offset measurement; the one with the shortest round trip is kept
 
 
 class _Flush:
@@ -89,7 +93,18 @@ class _Fields:
 class _Mirror:
     """What this process knows of one circuit, plus its cached decisions (no allocation on the hot path)."""
 
-    __slots__ = ("consec", "cooldown_until", "decision", "gen", "opened_at", "probe_at", "refused", "seq", "state")
+    __slots__ = (
+        "consec",
+        "cooldown_until",
+        "decision",
+        "gen",
+        "hold_until",
+        "opened_at",
+        "probe_at",
+        "refused",
+        "seq",
+        "state",
+    )
 
     def __init__(self, provider: str, model: str, f: _Fields | None, seq: int = 0) -> None:
         self.seq = seq  # value of the engine's update counter when this entry was written
@@ -99,6 +114,7 @@ class _Mirror:
         self.probe_at = f.probe_at if f else None
         self.opened_at = f.opened_at if f else None
         self.consec = f.consec if f else 0
+        self.hold_until = 0  # estimated Redis ms: refuse locally until then (a grant was refused as late)
         self.decision = Decision(provider, model, True, State.CLOSED, False, self.gen)
         self.refused = Decision(provider, model, False, self.state, False, self.gen)
 
@@ -128,6 +144,8 @@ class RedisEngine(BreakerEngine):
         config: ConfigSet | None = None,
         probe_timeout_seconds: float = DEFAULT_PROBE_TIMEOUT_SECONDS,
         socket_timeout: float = 0.05,
+        deadline_margin: float = 0.5,
+        late_hold: float = 1.0,
         background_timeout: float = 1.0,
         resync_interval: float = 30.0,
         reconnect_interval: float = 1.0,
@@ -149,6 +167,8 @@ class RedisEngine(BreakerEngine):
         self._resync_interval = resync_interval
         self._reconnect_interval = reconnect_interval
         self._socket_timeout_ms = _ms(socket_timeout)
+        self._deadline_margin_ms = _ms(deadline_margin)
+        self._late_hold_ms = _ms(late_hold)
         no_retry = Retry(NoBackoff(), 0)
         # The request path (allow's probe round trip): tight timeouts, no retries, so a hanging
         # Redis costs a caller at most ~socket_timeout.
@@ -178,6 +198,9 @@ class RedisEngine(BreakerEngine):
         self._registered: set[tuple[str, str]] = set()
         self._offset_ms = 0  # Redis TIME minus the local clock, measured at each resync
         self._real_offset_ms = 0  # Redis TIME minus time.time() (the same unless a test clock is injected)
+        self._offset_rtt_ms = 0  # round trip of the TIME sample the offsets come from (bounds their error)
+        self._measurements = 0  # offset measurements so far
+        self._remeasuring = False
         # (provider, model, ticket) of probe round trips that timed out: released when Redis answers again.
         self._abandoned: list[tuple[str, str, str]] = []
         self._abandoned_lock = threading.Lock()
@@ -201,7 +224,7 @@ class RedisEngine(BreakerEngine):
     def _keys(self, provider: str, model: str) -> list[str]:
         # One hash tag per circuit: its three keys live in one cluster slot, so a script may touch them all.
         tag = f"{self._ns}:{{{circuit_tag(provider, model)}}}"
-        return [f"{tag}:s", f"{tag}:w", f"{tag}:f", f"{tag}:r"]
+        return [f"{tag}:s", f"{tag}:w", f"{tag}:f", f"{tag}:t"]
 
     def _now_arg(self) -> str:
         return str(_ms(self._clock.now())) if self._time_override else ""
@@ -258,14 +281,12 @@ class RedisEngine(BreakerEngine):
         probe_at = entry.probe_at
         if entry.state is State.HALF_OPEN and probe_at is not None and now < probe_at + self._probe_timeout_ms:
             return entry.refused
+        if now < entry.hold_until:
+            return entry.refused
         # The cooldown may be over (by Redis TIME): only Redis can hand out the single probe slot.
-        # The deadline (Redis TIME) is half of this call's socket timeout: the script must run early enough for
-        # its reply to come back before the caller stops waiting, and the other half absorbs the error of the
-        # clock offset. A script that runs later (the command sat in a frozen connection) grants nothing.
         ticket = secrets.token_hex(8)
-        deadline = _ms(time.time()) + self._real_offset_ms + self._socket_timeout_ms // 2
         try:
-            raw = self._eval("allow", provider, model, str(self._probe_timeout_ms), str(deadline), ticket, fast=True)
+            raw = self._allow_on_redis(provider, model, ticket)
         except RedisError as exc:
             # The command may still reach Redis: release its ticket once Redis answers again.
             with self._abandoned_lock:
@@ -275,8 +296,78 @@ class RedisEngine(BreakerEngine):
             return self._local_allow(provider, model)
         fields = _Fields(raw[2 : 2 + _FIELDS])
         self._mirror_update(provider, model, fields)
+        if raw[0] == "late":
+            self._on_late(provider, model, fields.gen)
         allowed, probe = raw[0] == "1", raw[1] == "1"
         return Decision(provider, model, allowed, fields.state, probe, fields.gen)
+
+    def _allow_on_redis(self, provider: str, model: str, ticket: str) -> list[str]:
+        """One `allow` round trip on the request-path connection, with the caller's deadline.
+
+        The deadline (Redis TIME) is taken once the connection is ready, so (re)connecting does not eat into
+        it: when this call stops waiting (socket timeout), plus a margin for the error of the clock offset
+        (half the round trip of its TIME sample, plus `deadline_margin` for a GIL wait, a clock step...).
+        A script that runs later (the command sat in a frozen connection) grants nothing and replies `late`;
+        one that runs inside the margin after the caller gave up is freed by the ticket release.
+        """
+        keys = self._keys(provider, model)
+        pool = self._fast.connection_pool
+        conn = pool.get_connection()
+        try:
+            deadline = (
+                _ms(time.time())
+                + self._real_offset_ms
+                + self._socket_timeout_ms
+                + self._deadline_margin_ms
+                + (self._offset_rtt_ms + 1) // 2
+            )
+            args = self._args(provider, model, str(self._probe_timeout_ms), str(deadline), ticket)
+            try:
+                return self._evalsha_on(conn, "allow", keys, args)
+            except (NoScriptError, KeyError):
+                self._load_scripts()  # Redis restarted or flushed its script cache
+                return self._evalsha_on(conn, "allow", keys, args)
+        except (redis.ConnectionError, redis.TimeoutError):
+            conn.disconnect()  # a reply may still come: it must never be read as another command's
+            raise
+        finally:
+            pool.release(conn)
+
+    def _evalsha_on(self, conn: Any, script: str, keys: list[str], args: list[str]) -> list[str]:
+        conn.send_command("EVALSHA", self._shas[script], len(keys), *keys, *args)
+        return self._fast.parse_response(conn, "EVALSHA")  # type: ignore[no-any-return]
+
+    def _on_late(self, provider: str, model: str, gen: int) -> None:
+        """A grant refused as late: hold the circuit locally for a while and re-measure the clock offset.
+
+        Without the hold, every request to this circuit would make its own (refused) round trip until the
+        next resync, each one on the caller's event loop.
+        """
+        hold_until = self._now_estimate_ms() + self._late_hold_ms
+        with self._mirror_lock:
+            entry = self._mirror.get((provider, model))
+            if entry is not None and entry.gen == gen:
+                entry.hold_until = hold_until
+        with self._state_lock:
+            if self._remeasuring:
+                return
+            self._remeasuring = True
+        log.warning(
+            "breaker: Redis refused the probe of %s/%s as late (clock offset %d ms is off?); re-measuring it",
+            provider,
+            model,
+            self._real_offset_ms,
+        )
+        threading.Thread(target=self._remeasure, name="breaker-redis-clock", daemon=True).start()
+
+    def _remeasure(self) -> None:
+        try:
+            self._measure_offset()
+        except RedisError as exc:
+            self._enter_degraded(exc)
+        finally:
+            with self._state_lock:
+                self._remeasuring = False
 
     # ----- Redis plumbing ------------------------------------------------------------------------
 
@@ -286,8 +377,8 @@ class RedisEngine(BreakerEngine):
     def _args(self, provider: str, model: str, *extra: str) -> list[str]:
         return [self._now_arg(), self._channel, provider, model, *extra]
 
-    def _eval(self, script: str, provider: str, model: str, *extra: str, fast: bool = False) -> list[str]:
-        client = self._fast if fast else self._client
+    def _eval(self, script: str, provider: str, model: str, *extra: str) -> list[str]:
+        client = self._client
         keys = self._keys(provider, model)
         args = self._args(provider, model, *extra)
         try:
@@ -303,40 +394,81 @@ class RedisEngine(BreakerEngine):
             # Generations only grow; an older message arriving late must not roll the mirror back.
             if current is None or fields.gen >= current.gen:
                 self._update_seq += 1
-                self._mirror[key] = _Mirror(provider, model, fields, self._update_seq)
+                fresh = _Mirror(provider, model, fields, self._update_seq)
+                if current is not None and fields.gen == current.gen:
+                    fresh.hold_until = current.hold_until  # nothing changed: keep a late grant's hold
+                self._mirror[key] = fresh
+
+    def _keep_abandoned(self, items: list[tuple[str, str, str]]) -> None:
+        """Put tickets whose release failed back, before those abandoned since (the newest `_MAX_ABANDONED` stay)."""
+        with self._abandoned_lock:
+            self._abandoned = (items + self._abandoned)[-_MAX_ABANDONED:]
 
     def _release_abandoned(self) -> None:
         """Release the ticket of every probe round trip that timed out (raises RedisError if Redis fails again).
 
-        If the late allow granted the slot, it is freed now; if it has not arrived yet, it will grant nothing.
+        If a late allow granted the slot, it is freed now; if it has not arrived yet, it will grant nothing.
+        One pipeline, one script call per circuit with all of its tickets. The list is taken out under the
+        lock, so concurrent resyncs release disjoint tickets; tickets whose call failed go back.
         """
         with self._abandoned_lock:
-            pending = list(self._abandoned)
+            pending, self._abandoned = self._abandoned, []
         if not pending:
             return
-        remember = str(self._probe_timeout_ms)
+        tickets: dict[tuple[str, str], list[str]] = {}
         for provider, model, ticket in pending:
-            raw = self._eval("release", provider, model, ticket, remember)
-            if raw[0] == "released":
+            tickets.setdefault((provider, model), []).append(ticket)
+        remember = str(self._probe_timeout_ms)
+        pipe = self._client.pipeline(transaction=False)
+        for (provider, model), some in tickets.items():
+            keys = self._keys(provider, model)
+            pipe.evalsha(self._shas["release"], len(keys), *keys, *self._args(provider, model, remember, *some))
+        try:
+            results = pipe.execute(raise_on_error=False)
+        except RedisError:
+            self._keep_abandoned(pending)
+            raise
+        failed: list[tuple[str, str, str]] = []
+        for ((provider, model), some), raw in zip(tickets.items(), results, strict=True):
+            if isinstance(raw, Exception):
+                log.warning("breaker: releasing %d probe tickets of %s/%s failed: %s", len(some), provider, model, raw)
+                failed.extend((provider, model, ticket) for ticket in some)
+            elif raw[0] == "released":
                 self._mirror_update(provider, model, _Fields(raw[1 : 1 + _FIELDS]))
                 log.info("breaker: released the probe slot of %s/%s taken by a timed-out call", provider, model)
-            with self._abandoned_lock:
-                self._abandoned.remove((provider, model, ticket))
+        if failed:
+            self._keep_abandoned(failed)
+
+    def _measure_offset(self) -> None:
+        """Redis TIME minus the local clocks, from the TIME sample with the shortest round trip.
+
+        The error of one sample is at most half its round trip; a sample delayed on its way (the network,
+        this thread waiting for the GIL) has a long round trip and is not kept.
+        """
+        best: tuple[float, float, float, float] | None = None
+        for _ in range(_OFFSET_SAMPLES):
+            t0 = self._clock.now()
+            r0 = time.time()
+            seconds, micros = self._client.time()
+            r1 = time.time()
+            t1 = self._clock.now()
+            redis_ms = seconds * 1000 + micros / 1000
+            if best is None or r1 - r0 < best[0]:
+                best = (r1 - r0, redis_ms, (r0 + r1) / 2, (t0 + t1) / 2)
+        assert best is not None
+        rtt, redis_ms, real_mid, clock_mid = best
+        self._real_offset_ms = round(redis_ms - real_mid * 1000)
+        self._offset_rtt_ms = math.ceil(rtt * 1000)
+        if not self._time_override:
+            self._offset_ms = round(redis_ms - clock_mid * 1000)
+        self._measurements += 1
 
     def _resync(self) -> None:
         """Reload every tracked circuit from Redis and swap the mirror in one step."""
         self._load_scripts()
         self._release_abandoned()
         started_seq = self._update_seq
-        t0 = self._clock.now()
-        r0 = time.time()
-        seconds, micros = self._client.time()
-        t1 = self._clock.now()
-        r1 = time.time()
-        redis_ms = seconds * 1000 + micros // 1000
-        self._real_offset_ms = redis_ms - _ms((r0 + r1) / 2)
-        if not self._time_override:
-            self._offset_ms = redis_ms - _ms((t0 + t1) / 2)
+        self._measure_offset()
         members = sorted(self._client.smembers(self._registry))  # type: ignore[arg-type]
         pairs = [tuple(json.loads(m)) for m in members]
         pipe = self._client.pipeline(transaction=False)

@@ -1,5 +1,6 @@
 """Sign-in (console and admin) and API token failures are throttled by account name and by client address."""
 
+import io
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -195,3 +196,91 @@ def test_api_token_failures_are_throttled_with_429_and_a_message(admin_user):
     assert (elsewhere.status_code, later.status_code) == (200, 200)
     lockouts = AuditEvent.objects.filter(action="auth.lockout").values_list("after", flat=True)
     assert [(a["scope"], a["kind"], a["value"]) for a in lockouts] == [("api", "address", ATTACKER)]
+
+
+def test_a_successful_sign_in_resets_the_accounts_count_but_not_the_addresss(admin_user):
+    third = "192.0.2.33"
+    fail("alice", times=4)
+    signed_in = sign_in("alice", PASSWORD, address=OTHER)
+    again = fail("alice", times=3, address=third)
+
+    from_attacker = fail("alice", times=1)
+
+    assert signed_in[0] == 302
+    assert again == [(200, [INVALID])] * 3  # the account's count started afresh after the sign-in
+    assert from_attacker == [(429, [LOCKED_MESSAGE])]  # the address's 4 + 1: locked
+    locked = AuthThrottle.objects.filter(locked_until__isnull=False).values_list("kind", "value")
+    assert list(locked) == [("address", ATTACKER)]
+
+
+def test_a_username_with_control_characters_counts_against_the_address_only(admin_user):
+    typed = "admin\x1b[2J\r\nFAKE LOG LINE\x00"[:-1]
+
+    answers = fail(typed)
+
+    assert answers == [(200, [INVALID])] * 4 + [(429, [LOCKED_MESSAGE])]
+    assert list(AuthThrottle.objects.values_list("kind", "value")) == [("address", ATTACKER)]
+    events = AuditEvent.objects.filter(action__startswith="auth.").values_list("object_repr", "after")
+    assert not any("FAKE" in text for event in events for text in (event[0], str(event[1])))
+    assert [a["kind"] for _, a in events] == ["address"]
+
+
+def test_unlocking_an_account_also_unlocks_the_address_the_same_attempt_locked(admin_user, admin_client):
+    fail("alice")
+    account = AuthThrottle.objects.get(kind="account")
+
+    response = admin_client.post(
+        "/admin/access/auththrottle/", {"action": "unlock", "_selected_action": [account.pk]}, follow=True
+    )
+    after = sign_in("alice", PASSWORD)
+
+    assert [str(m) for m in response.context["messages"]] == [
+        "Unlocked 1 of 1 selected. Also unlocked, locked by the same attempt: "
+        f"Sign-in (console and admin): client address {ATTACKER}."
+    ]
+    assert after[0] == 302 and after[2] == str(admin_user.pk)
+    assert AuditEvent.objects.filter(action="auth.unlock").count() == 2
+
+
+def test_auth_unlock_command_unlocks_a_locked_out_admin_and_is_audited(admin_user):
+    from django.core.management import CommandError, call_command
+
+    fail("alice")
+    out = io.StringIO()
+
+    call_command("auth_unlock", "alice", stdout=out)
+    after = sign_in("alice", PASSWORD)
+    with pytest.raises(CommandError, match=r"Nothing named 'alice' is locked out\."):
+        call_command("auth_unlock", "alice")
+
+    assert out.getvalue().splitlines() == [
+        "Unlocked Sign-in (console and admin): account alice.",
+        f"Unlocked Sign-in (console and admin): client address {ATTACKER}.",
+    ]
+    assert after[0] == 302 and after[2] == str(admin_user.pk)
+    unlocks = AuditEvent.objects.filter(action="auth.unlock").values_list("actor_name", "object_repr")
+    assert sorted(unlocks) == [
+        ("system", "Sign-in (console and admin): account alice"),
+        ("system", f"Sign-in (console and admin): client address {ATTACKER}"),
+    ]
+
+
+def test_the_prune_task_deletes_expired_rows_only_and_failures_no_longer_prune(admin_user, settings):
+    from access.tasks import prune_task
+    from controlplane.celery import app
+
+    settings.EMBEDDED = False  # production: pruning is beat's job, never a failure's
+    with time_machine.travel(START, tick=False) as clock:
+        fail("old", times=1)
+        fail("locked", times=5, address=OTHER)
+        clock.shift(timedelta(minutes=20))
+        AuthThrottle.objects.filter(value=OTHER).update(locked_until=START + timedelta(hours=1))  # still locked
+        fail("fresh", times=1, address="192.0.2.33")
+        kept_by_failure = sorted(AuthThrottle.objects.values_list("value", flat=True))
+
+        deleted = prune_task()
+
+    assert kept_by_failure == ["192.0.2.33", OTHER, ATTACKER, "fresh", "locked", "old"]
+    assert deleted == 3  # "old", ATTACKER (expired failures) and "locked" (its lockout ended)
+    assert sorted(AuthThrottle.objects.values_list("value", flat=True)) == ["192.0.2.33", OTHER, "fresh"]
+    assert app.conf.beat_schedule["access-prune"]["task"] == "access.prune"

@@ -585,6 +585,7 @@ def test_key_create_shows_the_secret_once_and_stores_its_hash(admin_client, admi
         "application": None,
         "agent": None,
         "active": True,
+        "owner_active": True,
         "revoked_at": None,
         "secret": body["secret"],
     }

@@ -1,4 +1,5 @@
-"""Names with control characters (CR/LF, other C0/C1 controls, DEL) are refused at every entry point."""
+"""Names with control characters (CR/LF, other C0/C1 controls, DEL) or invisible formatting characters
+(U+2028/U+2029, bidi overrides, zero-width characters) are refused at every entry point."""
 
 import pytest
 
@@ -17,6 +18,20 @@ from tests.factories import TeamFactory, UserFactory
 # NUL is left out: DRF's and Django's form CharFields already refuse it ("Null characters are not allowed.").
 BAD_NAMES = ["evil\r\nx-injected: 1", "line\nbreak", "esc\x1b[31m", "tab\there", "del\x7fete", "c1\x85next"]
 
+# Invisible characters that make one name look like another or break lines outside Python: U+2028/U+2029
+# (Zl/Zp), bidi embeddings, overrides and isolates, zero-width characters, the BOM, a stray ZWJ.
+INVISIBLE_NAMES = [
+    "line\u2028sep",
+    "para\u2029sep",
+    "gpt\u202e4o",
+    "lre\u202amodel",
+    "iso\u2066late\u2069",
+    "zero\u200bwidth",
+    "zw\u200cnj",
+    "lrm\u200emark",
+    "b\ufeffom",
+    "stray\u200djoiner",
+]
 RULE = {"source_model": "gpt-4o", "target_model": "gpt-4o-mini", "scope": {"type": "global", "id": None}}
 CHAIN = {"source_model": "gpt-4o", "entries": [{"model": "claude-sonnet", "provider": None}]}
 PROVIDER = {"protocol": "openai", "base_url": "http://127.0.0.1:9/v1", "connect_timeout": 2, "read_timeout": 5}
@@ -44,6 +59,27 @@ def test_api_create_refuses_control_characters_in_names(admin_client, catalog, u
     assert response.json()["errors"] == {"name": [CONTROL_CHARACTERS_MESSAGE]}
     assert model.objects.count() == before
     assert AuditEvent.objects.count() == 0
+
+
+@pytest.mark.parametrize("name", INVISIBLE_NAMES)
+@pytest.mark.parametrize(("url", "body", "model"), ENDPOINTS, ids=[e[0] for e in ENDPOINTS])
+def test_api_create_refuses_invisible_formatting_characters_in_names(admin_client, catalog, url, body, model, name):
+    before = model.objects.count()
+
+    response = post_json(admin_client, url, {**body, "name": name})
+
+    assert response.status_code == 400
+    assert response.json()["errors"] == {"name": [CONTROL_CHARACTERS_MESSAGE]}
+    assert model.objects.count() == before
+
+
+@pytest.mark.parametrize("name", ["café", "模型", "Équipe 数据 — ünïcode", "👩‍💻 squad", "🏳️‍🌈 pride", "thumbs 👍🏽"])
+def test_unicode_and_emoji_names_stay_allowed(admin_client, name):
+    # Emoji ZWJ sequences keep their U+200D: it is refused only when it does not join two emoji parts.
+    response = post_json(admin_client, "/api/teams/", {"name": name})
+
+    assert response.status_code == 201, response.json()
+    assert Team.objects.get().name == name
 
 
 def test_api_update_refuses_control_characters_and_keeps_the_name(admin_client):

@@ -62,6 +62,12 @@ def entry_models(page: Page):
     return page.locator("#entry-list select[name$='-model']")
 
 
+def settled(page: Page) -> None:
+    """Wait until htmx has swapped and settled the last answer: a change fired on content it has not yet
+    processed would send no request (a person cannot select that fast; a test can)."""
+    page.wait_for_function("() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')")
+
+
 def test_chain_lifecycle_through_the_console(page: Page, live_server, admin_user, catalog, console_errors):
     page.set_default_timeout(10_000)
 
@@ -80,12 +86,14 @@ def test_chain_lifecycle_through_the_console(page: Page, live_server, admin_user
     page.get_by_label("Name").fill("gpt-4o safety net")
     page.get_by_label("Source model").select_option("gpt-4o")
     expect(page.get_by_text("Capabilities: text, vision")).to_be_visible()
+    settled(page)
     hints = page.locator("[data-cost-hint]")
     entry_models(page).nth(0).select_option("gpt-4o-mini")
     expect(hints).to_have_count(1)
     for i, model in ((1, "claude-haiku"), (2, "claude-opus")):
         page.get_by_role("button", name="+ Add entry").click()
         expect(entry_models(page)).to_have_count(i + 1)
+        settled(page)
         entry_models(page).nth(i).select_option(model)
         expect(hints).to_have_count(i + 1)
     expect(hints).to_have_text(["0.2× source cost", "0.1× source cost", "3× source cost"])

@@ -147,3 +147,33 @@ def test_api_key_create_response_is_not_cacheable(admin_user):
 
     assert response.status_code == 201
     assert "no-store" in response["Cache-Control"]
+
+
+def test_bulk_deactivate_refuses_to_deactivate_yourself_and_changes_nobody(admin_client, admin_user):
+    bob = UserFactory(username="bob")
+
+    response = admin_client.post(
+        "/admin/auth/user/", {"action": "deactivate_users", "_selected_action": [admin_user.pk, bob.pk]}
+    )
+
+    admin_user.refresh_from_db()
+    bob.refresh_from_db()
+    assert messages_of(response) == ["You cannot deactivate yourself; ask another admin. No user was changed."]
+    assert (admin_user.is_active, bob.is_active) == (True, True)
+    assert not AuditEvent.objects.filter(action="user.update").exists()
+
+
+def test_keys_of_an_inactive_owner_are_reported_inactive_in_the_api_and_the_admin(admin_client, admin_user):
+    bob = UserFactory(username="bob")
+    created = make_key(user=bob, name="bobs")
+    user_set_active(actor=None, user=bob, active=False)
+
+    detail = admin_client.get(f"/api/keys/{created.key.pk}/").json()
+    listed = admin_client.get("/api/keys/").json()["results"]
+    changelist = admin_client.get("/admin/catalog/apikey/")
+
+    assert (detail["active"], detail["owner_active"], detail["revoked_at"]) == (False, False, None)
+    assert [(k["active"], k["owner_active"]) for k in listed] == [(False, False)]
+    admin = changelist.context["cl"].model_admin
+    row = changelist.context["cl"].result_list[0]
+    assert (admin.owner_active(row), admin.usable(row)) == (False, False)

@@ -13,3 +13,11 @@ def test_console_chain_form_shows_the_field_error(admin_client, catalog):  # noq
     assert response.status_code == 200
     assert error_text(response, "id_name") == [CONTROL_CHARACTERS_MESSAGE]
     assert not FallbackChain.objects.exists()
+
+
+def test_console_chain_form_refuses_a_bidi_override(admin_client, catalog):  # noqa: F811
+    response = admin_client.post(reverse("chains:create"), form_data(name="gpt-4o \u202eniahc"))
+
+    assert response.status_code == 200
+    assert error_text(response, "id_name") == [CONTROL_CHARACTERS_MESSAGE]
+    assert not FallbackChain.objects.exists()

@@ -20,8 +20,8 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((Path(__file__).parent / "schema" / "compose-spec.json").read_text())
 APP_IMAGE = "controlplane:latest"
-# ${NAME:?message} (required), ${NAME:-default}, ${NAME}
-_VARIABLE = re.compile(r"\$\{(\w+)(?::([?-])([^}]*))?\}")
+# ${NAME:?message} (required), ${NAME:-default} (unset or empty), ${NAME-default} (unset), ${NAME}
+_VARIABLE = re.compile(r"\$\{(\w+)(?::?([?-])([^}]*))?\}")
 
 
 def _compose() -> dict[str, Any]:
@@ -168,3 +168,44 @@ def test_compose_environment_passes_the_deploy_check():
 
     assert result.returncode == 0, result.stderr
     assert "no issues (0 silenced)" in result.stdout
+
+
+def _deploy_check(environment: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    keep = {k: v for k, v in os.environ.items() if k not in ("DJANGO_SETTINGS_MODULE", "DJANGO_ALLOW_ASYNC_UNSAFE")}
+    env = {**keep, **environment, "DJANGO_SETTINGS_MODULE": "controlplane.settings"}
+    return subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_compose_trusts_the_one_proxy_it_is_published_to_and_passes_the_throttle_settings():
+    environment = compose_environment(_compose())
+    ports = {name: compose_ports for name, s in _compose()["services"].items() if (compose_ports := s.get("ports"))}
+
+    assert ports == {
+        "console": ["${BIND_ADDRESS:-127.0.0.1}:8000:8000"],
+        "gateway": ["${BIND_ADDRESS:-127.0.0.1}:8080:8080"],
+    }
+    assert {key: environment[key] for key in environment if key.startswith(("TRUSTED_", "AUTH_", "SECURE_PROXY"))} == {
+        "SECURE_PROXY_SSL_HEADER": "X-Forwarded-Proto: https",
+        "TRUSTED_PROXY_COUNT": "1",
+        "AUTH_FAILURE_LIMIT": "5",
+        "AUTH_FAILURE_WINDOW_SECONDS": "900",
+        "AUTH_LOCKOUT_SECONDS": "900",
+    }
+
+
+def test_deploy_check_warns_when_a_proxy_is_trusted_for_https_but_not_for_the_client_address():
+    environment = {**compose_environment(_compose()), "TRUSTED_PROXY_COUNT": "0"}
+
+    result = _deploy_check(environment)
+
+    assert result.returncode == 1
+    assert "access.W001" in result.stderr
+    assert "TRUSTED_PROXY_COUNT is 0" in result.stderr

@@ -21,6 +21,15 @@ CREATE = (
     "Provider.objects.create(name='openai', base_url='http://127.0.0.1:9/v1', api_key='sk-before-rotation')"
 )
 
+MAKE_USER = (
+    "import django; django.setup(); from django.contrib.auth import get_user_model; "
+    "get_user_model().objects.get_or_create(username='oncall', is_staff=True, is_superuser=True)"
+)
+TOKEN_PREFIX = (
+    "import django; django.setup(); from catalog.models import ConsoleToken; "
+    "print(ConsoleToken.objects.get(name='incident').prefix)"
+)
+
 
 def _run(db: Path, args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
     keep = {
@@ -62,6 +71,35 @@ def test_a_rotated_secret_key_fails_the_system_check_loudly(db):
     assert "1 stored provider api_key(s) cannot be decrypted with the configured keys" in result.stderr
     assert "Set FIELD_ENCRYPTION_KEYS to the old Fernet key(s)" in result.stderr
     assert "SECRET_KEY_FALLBACKS" in result.stderr
+
+
+def test_check_deploy_and_other_tags_do_not_read_stored_secrets(db):
+    # check --deploy must not need (or connect to) the database; a tag other than stored_data neither.
+    deploy = _run(db, ["manage.py", "check", "--deploy"], SECRET_KEY=NEW_KEY)
+    tagged = _run(db, ["manage.py", "check", "--tag", "models"], SECRET_KEY=NEW_KEY)
+    explicit = _run(db, ["manage.py", "check", "--tag", "stored_data"], SECRET_KEY=NEW_KEY)
+
+    # (--deploy itself reports this test environment's insecure settings; only E001 matters here.)
+    assert "System check identified" in deploy.stderr
+    assert "catalog.E001" not in deploy.stdout + deploy.stderr
+    assert tagged.returncode == 0, tagged.stderr
+    assert "catalog.E001" not in tagged.stdout + tagged.stderr
+    assert explicit.returncode == 1
+    assert "catalog.E001" in explicit.stderr
+
+
+def test_maintenance_commands_still_work_during_an_incident(db):
+    # An undecryptable key must not block migrate or the token commands an operator needs meanwhile.
+    migrate = _run(db, ["manage.py", "migrate", "--noinput"], SECRET_KEY=NEW_KEY)
+    user = _run(db, ["-c", MAKE_USER], SECRET_KEY=NEW_KEY)
+    created = _run(db, ["manage.py", "create_api_token", "oncall", "--name", "incident"], SECRET_KEY=NEW_KEY)
+    prefix = _run(db, ["-c", TOKEN_PREFIX], SECRET_KEY=NEW_KEY).stdout.strip()
+    revoked = _run(db, ["manage.py", "revoke_api_token", prefix], SECRET_KEY=NEW_KEY)
+
+    for result in (migrate, user, created, revoked):
+        assert result.returncode == 0, result.stderr
+    assert "catalog.E001" not in migrate.stderr
+    assert revoked.stdout.startswith(f"Revoked API token {prefix} (incident) of oncall.")
 
 
 def test_run_gateway_and_run_embedded_refuse_to_start(db):

@@ -4,6 +4,7 @@ probe timeout setting, and a console/API that say when they show this process's 
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -82,11 +83,13 @@ def _name_probe_connection(engine: RedisEngine) -> str:
     return name
 
 
-def _frozen_allow(engine: RedisEngine, proxy: FaultProxy, direct: redis.Redis) -> list[tuple[str, str, str]]:
+def _frozen_allow(
+    engine: RedisEngine, proxy: FaultProxy, direct: redis.Redis, *, hold_release: bool = True
+) -> list[tuple[str, str, str]]:
     """A probe round trip that times out in a frozen Redis; returns once Redis has run the late command.
 
-    The engine's release of the abandoned ticket is held back (and returned) until then, so the late command
-    meets only the caller's deadline, whichever thread resynchronises first.
+    With `hold_release`, the engine's release of the abandoned ticket is held back (and returned) until then,
+    so the late command meets only the caller's deadline, whichever thread resynchronises first.
     """
     name = _name_probe_connection(engine)
     proxy.freeze()
@@ -94,7 +97,9 @@ def _frozen_allow(engine: RedisEngine, proxy: FaultProxy, direct: redis.Redis) -
     during = engine.allow(P, M)
     waited = time.perf_counter() - started
     with engine._abandoned_lock:
-        abandoned, engine._abandoned[:] = list(engine._abandoned), []
+        abandoned = list(engine._abandoned)
+        if hold_release:
+            engine._abandoned[:] = []
     assert engine.degraded
     # This process decided locally: its own view still lets one probe through.
     assert (during.allowed, during.probe) == (True, True)
@@ -107,8 +112,10 @@ def _frozen_allow(engine: RedisEngine, proxy: FaultProxy, direct: redis.Redis) -
 
 
 def test_allow_that_timed_out_in_a_frozen_redis_leaves_no_orphan_probe(proxy, namespace, engines, direct, redis_url):
+    """The deadline alone: a negative margin puts it at the moment the command was sent, so the command the freeze
+    held runs past it however short the freeze (with the real margin this takes a freeze of over half a second)."""
     clock = ManualClock(T0)
-    gateway = _engine(engines, proxy.url, namespace, clock)
+    gateway = _engine(engines, proxy.url, namespace, clock, deadline_margin=-0.05)
     other = _engine(engines, redis_url, namespace, clock)  # another gateway process, never cut off
     _open(gateway)
     clock.advance(60)  # cooldown over: the next allow() needs Redis for the probe slot
@@ -123,6 +130,29 @@ def test_allow_that_timed_out_in_a_frozen_redis_leaves_no_orphan_probe(proxy, na
     assert (probe.allowed, probe.probe) == (True, True)
     assert _until(gateway.resync)
     assert gateway.degraded is False
+
+
+def test_short_freeze_inside_the_margin_leaves_no_orphan_once_redis_answers(
+    proxy, namespace, engines, direct, redis_url
+):
+    """The default margin: the held command may still be granted, and the ticket release frees it (or, if the
+    release gets there first, makes it grant nothing)."""
+    clock = ManualClock(T0)
+    gateway = _engine(engines, proxy.url, namespace, clock)
+    other = _engine(engines, redis_url, namespace, clock)
+    _open(gateway)
+    clock.advance(60)
+
+    abandoned = _frozen_allow(gateway, proxy, direct, hold_release=False)
+    back = _until(gateway.resync)
+    circuit = other.get(P, M)
+    other.refresh(P, M)
+    probe = other.allow(P, M)
+
+    assert (circuit.state, circuit.probe_in_flight) == (State.HALF_OPEN, False)
+    assert (probe.allowed, probe.probe) == (True, True)
+    assert (back, gateway._abandoned) == (True, [])
+    assert direct.zscore(gateway._keys(P, M)[3], abandoned[0][2]) is not None  # the ticket is remembered
 
 
 def test_late_grant_is_released_when_redis_answers_again(redis_url, namespace, engines):
@@ -156,7 +186,7 @@ def test_released_ticket_grants_nothing_when_its_allow_arrives_after_the_release
     clock.advance(60)
     far = str(round(time.time() * 1000) + 3_600_000)
 
-    released = engine._eval("release", P, M, "ticket-a", "60000")
+    released = engine._eval("release", P, M, "60000", "ticket-a")
     late = engine._eval("allow", P, M, "330000", far, "ticket-a")
     fresh = engine._eval("allow", P, M, "330000", far, "ticket-b")
 
@@ -175,8 +205,189 @@ def test_allow_past_the_callers_deadline_grants_nothing(redis_url, namespace, en
     late = engine._eval("allow", P, M, "330000", past, "ticket-a")
     circuit = engine.get(P, M)
 
-    assert late[:2] == ["0", "0"]
+    assert late[:2] == ["late", "0"]
     assert (circuit.state, circuit.probe_in_flight) == (State.HALF_OPEN, False)
+
+
+# ---------- a grant refused as late, the clock offset, releasing tickets ----------
+
+
+def _counting_client(url: str, **kwargs) -> tuple[redis.Redis, type[redis.Connection]]:
+    """A real client whose connections count what they send (one send per command or pipeline)."""
+
+    class Counting(redis.Connection):
+        sent = 0
+
+        def send_packed_command(self, command, check_health=True):
+            type(self).sent += 1
+            return super().send_packed_command(command, check_health)
+
+    client = redis.Redis.from_url(url, decode_responses=True, connection_class=Counting, **kwargs)
+    client.ping()  # connect now: the handshake's commands are not counted
+    Counting.sent = 0
+    return client, Counting
+
+
+def _settled(engine: RedisEngine) -> None:
+    """Wait for the subscriber's first resync, so that nothing else measures the offset behind the test's back."""
+    assert _until(lambda: engine._measurements >= 2)
+
+
+def test_late_refusal_remeasures_the_offset_and_holds_the_circuit_locally(
+    redis_url, namespace, engines, direct, caplog
+):
+    clock = ManualClock(T0)
+    engine = _engine(engines, redis_url, namespace, clock, late_hold=5.0)
+    _settled(engine)
+    _open(engine)
+    clock.advance(60)
+    fast, counting = _counting_client(redis_url, socket_timeout=0.05)
+    engine._fast = fast
+    measured = engine._real_offset_ms
+    engine._real_offset_ms = measured - 60_000  # the sample was a minute off: every deadline is long past
+
+    refused = [engine.allow(P, M) for _ in range(20)]
+    sent_while_held = counting.sent
+    remeasured = _until(lambda: engine._measurements >= 3)
+    offset_after = engine._real_offset_ms
+    clock.advance(5)  # the local hold is over
+    probe = engine.allow(P, M)
+    fast.close()
+    print(f"\nfigure: 20 allow() calls with the clock offset a minute off made {sent_while_held} Redis round trip(s)")
+
+    assert {(d.allowed, d.probe) for d in refused} == {(False, False)}
+    assert sent_while_held == 1  # one refused round trip, then 19 local refusals
+    assert remeasured is True
+    assert abs(offset_after - measured) < 30_000
+    assert (probe.allowed, probe.probe) == (True, True)
+    assert counting.sent == 2
+    assert "as late" in caplog.text
+    assert direct.hget(engine._keys(P, M)[0], "state") == "half_open"
+
+
+def test_offset_comes_from_the_sample_with_the_shortest_round_trip(redis_url, namespace, engines):
+    """Redis runs on this host, so its TIME and time.time() read the same clock: the true offset is 0."""
+    engine = _engine(engines, redis_url, namespace, ManualClock(T0))
+    _settled(engine)
+    client, counting = _counting_client(redis_url)
+    engine._client = client
+    real_time = client.time
+    samples = []
+
+    def time_of_redis():
+        reply = real_time()
+        if not samples:
+            time.sleep(0.4)  # the first reply is held on its way back (say, a GIL wait behind a long parse)
+        samples.append(reply)
+        return reply
+
+    client.time = time_of_redis  # the same TIME round trips, one of them delayed
+
+    engine._measure_offset()
+    client.close()
+
+    # That sample alone would put the offset 200 ms off.
+    assert abs(engine._real_offset_ms) < 100
+    assert engine._offset_rtt_ms < 400
+    assert (len(samples), counting.sent) == (5, 5)
+
+
+def _abandon(engine: RedisEngine, tickets: list[tuple[str, str, str]]) -> None:
+    with engine._abandoned_lock:
+        engine._abandoned.extend(tickets)
+
+
+def _tickets(models: list[str], count: int) -> list[tuple[str, str, str]]:
+    return [(P, models[i % len(models)], f"ticket-{i}") for i in range(count)]
+
+
+def test_thousand_abandoned_tickets_are_released_in_one_pipeline(redis_url, namespace, engines, direct):
+    clock = ManualClock(T0)
+    engine = _engine(engines, redis_url, namespace, clock)
+    _settled(engine)
+    _open(engine)
+    clock.advance(60)
+    far = str(round(time.time() * 1000) + 3_600_000)
+    late = engine._eval("allow", P, M, "330000", far, "ticket-8")  # one of them (on P/M) holds the slot
+    models = [M, "m-1", "m-2", "m-3"]
+    _abandon(engine, _tickets(models, 1_000))
+    client, counting = _counting_client(redis_url)
+    engine._client = client
+
+    started = time.perf_counter()
+    back = engine.resync()
+    took = time.perf_counter() - started
+    sent = counting.sent
+    circuit = engine.get(P, M)
+    client.close()
+    print(f"\nfigure: a resync releasing 1,000 abandoned tickets (4 circuits): {took * 1000:.1f} ms, {sent} sends")
+
+    assert (late[:2], back, engine._abandoned) == (["1", "1"], True, [])
+    # Script loads, the release pipeline, TIME samples, the registry and the circuit pipeline; not 1,000.
+    assert sent < 20
+    assert [direct.zcard(engine._keys(P, m)[3]) for m in models] == [250, 250, 250, 250]
+    assert (circuit.state, circuit.probe_in_flight) == (State.HALF_OPEN, False)
+
+
+def test_concurrent_resyncs_release_every_ticket_once(redis_url, namespace, engines, direct):
+    engine = _engine(engines, redis_url, namespace, ManualClock(T0))
+    _settled(engine)
+    models = [M, "m-1"]
+    _abandon(engine, _tickets(models, 4_000))
+    start = threading.Barrier(4)
+    results: list[object] = []
+
+    def resync():
+        start.wait()
+        try:
+            results.append(engine.resync())
+        except Exception as exc:
+            results.append(exc)
+
+    threads = [threading.Thread(target=resync) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+
+    assert results == [True] * 4
+    assert engine._abandoned == []
+    assert [direct.zcard(engine._keys(P, m)[3]) for m in models] == [2_000, 2_000]
+
+
+def test_tickets_whose_release_failed_are_kept_and_the_others_released(redis_url, namespace, engines, direct):
+    engine = _engine(engines, redis_url, namespace, ManualClock(T0))
+    _settled(engine)
+    direct.set(engine._keys(P, "broken")[0], "not a hash")  # this circuit's script fails (WRONGTYPE)
+    broken = [(P, "broken", "ticket-b1"), (P, "broken", "ticket-b2")]
+    _abandon(engine, [(P, M, "ticket-a"), *broken])
+
+    back = engine.resync()
+
+    assert back is True  # one circuit's failure does not keep the engine degraded
+    assert engine._abandoned == broken
+    assert direct.zrange(engine._keys(P, M)[3], 0, -1) == ["ticket-a"]
+
+
+def test_released_tickets_are_forgotten_after_their_own_time(redis_url, namespace, engines, direct):
+    """Each ticket is kept for its own remember time: later releases do not extend the earlier ones."""
+    engine = _engine(engines, redis_url, namespace, ManualClock(T0))
+    key = engine._keys(P, M)[3]
+
+    engine._eval("release", P, M, "60000", "ticket-kept")
+    engine._eval("release", P, M, "1", "ticket-old")  # remembered for 1 ms only
+    forget_at = float(direct.zscore(key, "ticket-old"))
+    assert _until(lambda: _redis_ms(direct) > forget_at)  # Redis TIME has moved past it
+    engine._eval("release", P, M, "60000", "ticket-new")
+    ttl = direct.pttl(key)
+
+    assert direct.zrange(key, 0, -1) == ["ticket-kept", "ticket-new"]
+    assert 0 < ttl <= 60_000
+
+
+def _redis_ms(client: redis.Redis) -> float:
+    seconds, micros = client.time()
+    return seconds * 1000 + micros / 1000
 
 
 # ---------- the probe timeout setting ----------
@@ -197,13 +408,19 @@ def _settings(env: dict[str, str], attr: str) -> subprocess.CompletedProcess[str
     )
 
 
-def test_probe_timeout_below_the_upstream_deadline_refuses_to_start(tmp_path):
+@pytest.mark.parametrize("seconds", ["90", "300", "304"])
+def test_probe_timeout_not_clear_of_the_upstream_deadline_refuses_to_start(tmp_path, seconds):
+    """Equal to the deadline is refused too: the probe's outcome is recorded only after its deadline fires."""
     result = _settings(
-        {"BREAKER_PROBE_TIMEOUT_SECONDS": "90", "CONTROLPLANE_VAR_DIR": str(tmp_path)}, "BREAKER_PROBE_TIMEOUT_SECONDS"
+        {"BREAKER_PROBE_TIMEOUT_SECONDS": seconds, "CONTROLPLANE_VAR_DIR": str(tmp_path)},
+        "BREAKER_PROBE_TIMEOUT_SECONDS",
     )
 
     assert result.returncode != 0
-    assert "BREAKER_PROBE_TIMEOUT_SECONDS (90) must be at least GATEWAY_DEADLINE_SECONDS (300)" in result.stderr
+    assert (
+        f"BREAKER_PROBE_TIMEOUT_SECONDS ({seconds}) must be at least GATEWAY_DEADLINE_SECONDS + 5 (305)"
+        in result.stderr
+    )
 
 
 @pytest.mark.parametrize(
@@ -211,7 +428,7 @@ def test_probe_timeout_below_the_upstream_deadline_refuses_to_start(tmp_path):
     [
         ({}, "330"),
         ({"GATEWAY_DEADLINE_SECONDS": "600"}, "630"),
-        ({"BREAKER_PROBE_TIMEOUT_SECONDS": "300"}, "300"),
+        ({"BREAKER_PROBE_TIMEOUT_SECONDS": "305"}, "305"),
     ],
 )
 def test_probe_timeout_defaults_above_the_upstream_deadline(tmp_path, env, expected):

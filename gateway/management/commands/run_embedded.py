@@ -27,6 +27,13 @@ def _die_with_parent() -> None:
 class Command(BaseCommand):
     help = "Serve console + gateway in one process on --port, with the simulator on --simulator-port."
 
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """The system checks run before serving include those reading stored rows (undecryptable keys)."""
+        from catalog.checks import stored_data_checks
+
+        with stored_data_checks():
+            super().check(*args, **kwargs)
+
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)

@@ -9,6 +9,13 @@ from django.core.management.base import BaseCommand, CommandError
 class Command(BaseCommand):
     help = "Serve the gateway data plane (/v1/...) with uvicorn; N worker processes share Redis breakers."
 
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        """The system checks run before serving include those reading stored rows (undecryptable keys)."""
+        from catalog.checks import stored_data_checks
+
+        with stored_data_checks():
+            super().check(*args, **kwargs)
+
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8080)
