@@ -486,7 +486,7 @@ class GatewayApp:
         return provider is not None and provider.protocol in ADAPTERS and not provider.credential_unavailable
 
     async def _proxy(self, call: _Call, snap: Snapshot, send: Any) -> None:
-        """DESIGN.md fallback: closed target -> it; open -> first available chain entry; none -> primary anyway."""
+        """Fallback: closed target -> it; open -> first available chain entry; none -> primary anyway."""
         assert call.route is not None
         route = call.route
         engine = self.engine

@@ -17,7 +17,7 @@ class BreakerUnavailable(Exception):
 
 
 class BreakerEngine(ABC):
-    """One circuit per (provider, model): closed -> open -> half_open, as in DESIGN.md."""
+    """One circuit per (provider, model): closed -> open -> half_open (docs/breaker.md)."""
 
     @abstractmethod
     def allow(self, provider: str, model: str) -> Decision:

@@ -1,4 +1,4 @@
-"""A small reference model of the breaker state machine, written straight from DESIGN.md / issue 3."""
+"""A small reference model of the breaker state machine, written straight from docs/breaker.md."""
 
 from dataclasses import dataclass, field
 
