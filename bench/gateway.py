@@ -89,6 +89,31 @@ print(api_key_create(actor=None, name="bench", user=user).secret)
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
+def start_stack(env: dict[str, str], *, sim_port: int, gw_port: int, procs: list[subprocess.Popen]) -> int:
+    """Start the simulator and one `run_gateway` worker, wait until both answer; returns the worker's pid.
+
+    Started processes are appended to `procs` as they start, so the caller's cleanup stops them even
+    when a later step fails.
+    """
+    sim = subprocess.Popen(
+        [sys.executable, "manage.py", "run_simulator", "--port", str(sim_port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    procs.append(sim)
+    wait_ready(f"http://127.0.0.1:{sim_port}/_sim/state", sim)
+    gw = subprocess.Popen(
+        [sys.executable, "manage.py", "run_gateway", "--port", str(gw_port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    procs.append(gw)
+    wait_ready(f"http://127.0.0.1:{gw_port}/readyz", gw)
+    return _worker_pid(gw.pid)
+
+
 def _ms(text: str) -> float:
     m = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
     if not m:
@@ -200,23 +225,7 @@ def main() -> None:
     key = prepare(env, sim_url)
     procs = []
     try:
-        sim = subprocess.Popen(
-            [sys.executable, "manage.py", "run_simulator", "--port", str(sim_port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
-        procs.append(sim)
-        wait_ready(f"{sim_url}/_sim/state", sim)
-        gw = subprocess.Popen(
-            [sys.executable, "manage.py", "run_gateway", "--port", str(gw_port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
-        procs.append(gw)
-        wait_ready(f"{gw_url}/readyz", gw)
-        gw_pid = _worker_pid(gw.pid)
+        gw_pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs)
 
         rows = []
         direct_url = f"{sim_url}/openai/v1/chat/completions"

@@ -43,7 +43,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.gateway import _worker_pid, free_port, prepare, wait_ready  # noqa: E402
+from bench.gateway import free_port, prepare, start_stack  # noqa: E402
 
 MIB = 1024 * 1024
 BODY_LIMIT = 10 * MIB
@@ -281,23 +281,7 @@ def main() -> None:
     rows = []
     stop_file = str(work / "stop")
     try:
-        sim = subprocess.Popen(
-            [sys.executable, "manage.py", "run_simulator", "--port", str(sim_port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
-        procs.append(sim)
-        wait_ready(f"{sim_url}/_sim/state", sim)
-        gw = subprocess.Popen(
-            [sys.executable, "manage.py", "run_gateway", "--port", str(gw_port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-        )
-        procs.append(gw)
-        wait_ready(f"{gw_url}/readyz", gw)
-        pid = _worker_pid(gw.pid)
+        pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs)
         chat = f"{gw_url}/v1/chat/completions"
         asyncio.run(send_round(chat, key, small, 20))  # warm up
         baseline, _ = rss_of(pid)

@@ -25,6 +25,7 @@ class FaultProxy:
         self._flowing.set()
         self._down = False
         self._conns: set[socket.socket] = set()
+        self.url = ""  # set by for_redis()
         self._listener = self._listen(listen_port)
         self.port = self._listener.getsockname()[1]
         self._accept_thread = threading.Thread(target=self._accept_loop, args=(self._listener,), daemon=True)
@@ -58,6 +59,16 @@ class FaultProxy:
                 self._listener = listener
             threading.Thread(target=self._accept_loop, args=(listener,), daemon=True).start()
         self._flowing.set()
+
+    @classmethod
+    def for_redis(cls, redis_url: str) -> FaultProxy:
+        """A proxy in front of the Redis at `redis_url`; `proxy.url` is the same database reached through it."""
+        from urllib.parse import urlsplit
+
+        target = urlsplit(redis_url)
+        proxy = cls(target.hostname or "127.0.0.1", target.port or 6379)
+        proxy.url = f"redis://127.0.0.1:{proxy.port}{target.path or '/0'}"
+        return proxy
 
     def close(self) -> None:
         self.down()

@@ -9,8 +9,7 @@ from tests.faults import FaultProxy
 
 @pytest.fixture
 def proxy():
-    url = redis.connection.parse_url(TEST_REDIS_URL)
-    with FaultProxy(url.get("host", "127.0.0.1"), int(url.get("port", 6379))) as p:
+    with FaultProxy.for_redis(TEST_REDIS_URL) as p:
         yield p
 
 

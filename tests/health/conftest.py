@@ -29,6 +29,14 @@ def closed_port_url() -> str:
 
 
 @pytest.fixture
+def namespace(redis_url):
+    """A Redis key namespace of this test's own, deleted afterwards."""
+    ns = f"test:breaker:{uuid.uuid4().hex}"
+    yield ns
+    delete_namespace(redis_url, ns)
+
+
+@pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(1_700_000_000.0)
 

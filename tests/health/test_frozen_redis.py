@@ -15,7 +15,7 @@ import redis
 from health.breaker import ManualClock, MemoryEngine, Outcome, State, factory, use_engine
 from health.breaker.redis_backend import RedisEngine
 from tests.faults import FaultProxy
-from tests.health.conftest import M, P, config, delete_namespace
+from tests.health.conftest import M, P, config
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
@@ -25,17 +25,8 @@ BANNER = "Degraded: showing this process's local view."
 
 
 @pytest.fixture
-def namespace(redis_url):
-    ns = f"test:breaker:{uuid.uuid4().hex}"
-    yield ns
-    delete_namespace(redis_url, ns)
-
-
-@pytest.fixture
 def proxy(redis_url):
-    url = redis.connection.parse_url(redis_url)
-    with FaultProxy(url.get("host", "127.0.0.1"), int(url.get("port", 6379))) as p:
-        p.url = f"redis://127.0.0.1:{p.port}/{url.get('db', 0)}"
+    with FaultProxy.for_redis(redis_url) as p:
         yield p
         p.restore()  # let the engines' connections finish before they are closed
 

@@ -3,24 +3,16 @@
 import logging
 import socket
 import threading
-import uuid
 
 import pytest
 import redis
 
 from health.breaker import BreakerUnavailable, ManualClock, Outcome, State, factory
 from health.breaker.redis_backend import RedisEngine
-from tests.health.conftest import M, P, closed_port_url, config, delete_namespace
+from tests.health.conftest import M, P, closed_port_url, config
 
 T0 = 1_700_000_000.0
 FAIL = Outcome.of_status(503)
-
-
-@pytest.fixture
-def namespace(redis_url):
-    ns = f"test:breaker:{uuid.uuid4().hex}"
-    yield ns
-    delete_namespace(redis_url, ns)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ import fcntl
 import logging
 import time
 import uuid
-from urllib.parse import urlsplit
 
 import orjson
 import pytest
@@ -105,10 +104,9 @@ def test_undecodable_entries_are_dead_lettered_with_a_log_line_naming_them(redis
 
 
 def test_a_sink_stopped_while_redis_is_down_spills_and_the_next_start_replays(redis_url, stream, tmp_path):
-    target = urlsplit(redis_url)
     records = [record(i) for i in range(10)]
-    with FaultProxy(target.hostname, target.port or 6379) as proxy:
-        via_proxy = f"redis://127.0.0.1:{proxy.port}/0"
+    with FaultProxy.for_redis(redis_url) as proxy:
+        via_proxy = proxy.url
         first = LogSink(redis_url=via_proxy, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
         first.start()
         proxy.down()
