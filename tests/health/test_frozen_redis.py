@@ -2,6 +2,7 @@
 probe timeout setting, and a console/API that say when they show this process's local view."""
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -481,6 +482,10 @@ def test_provider_health_says_when_it_shows_the_local_view(admin_client, catalog
         assert 'class="alert alert-warning" role="status" id="breaker-degraded"' in page
         assert BANNER in page
         assert 'data-state="open"' in page  # the local view still lists the circuit (open stays open)
+        # Reset needs Redis: offered as a disabled button, not a link into the dialog.
+        assert 'data-dialog-open="reset-dialog"' not in page
+        assert re.search(r'<button type="button" class="btn btn-small" id="reset-open-[^"]+" disabled', page)
+    assert 'data-dialog-open="reset-dialog"' in healthy
 
 
 @pytest.mark.django_db

@@ -40,7 +40,7 @@ def test_admins_see_how_many_records_were_dropped_and_since_when(losses, admin_c
 
     assert text is not None
     assert re.sub(r"<[^>]+>", "", text) == (
-        "1,234 request-log records were dropped since 10 min ago: the Redis stream reached its cap or a "
+        "1,234 request-log records were dropped (the first 10 min ago): the Redis stream reached its cap or a "
         "gateway's buffer filled during an outage, and they are not on this page. 1 record could not be "
         "stored and was set aside in the dead-letter stream."
     )
