@@ -7,8 +7,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from audit.selectors import audit_event_list
-from controlplane.api import StandardPagination, input_validate, paginated_response
-from controlplane.permissions import IsAuditReader
+from core.api import StandardPagination, input_validate, paginated_response
+from core.permissions import IsAuditReader
 
 
 class AuditEventListApi(APIView):

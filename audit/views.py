@@ -15,9 +15,9 @@ from django_htmx.middleware import HtmxDetails
 from audit.forms import PAGE_SIZES, AuditFilterForm
 from audit.models import AuditEvent
 from audit.selectors import audit_event_list, audit_filter_options
-from chains.templatetags.console_tags import query
-from controlplane.permissions import role_required
-from controlplane.roles import Role
+from core.templatetags.console_tags import query
+from core.permissions import role_required
+from core.roles import Role
 
 MISSING = object()
 

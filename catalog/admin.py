@@ -51,9 +51,9 @@ from catalog.services import (
     user_delete,
     user_set_active,
 )
-from controlplane.configbus import config_publish
-from controlplane.crypto import ROTATION_FIX
-from controlplane.errors import ApplicationError, ValidationFailed
+from core.configbus import config_publish
+from core.crypto import ROTATION_FIX
+from core.errors import ApplicationError, ValidationFailed
 
 
 class ServiceForm(forms.ModelForm):

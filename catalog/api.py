@@ -48,7 +48,7 @@ from catalog.services import (
     team_delete,
     team_update,
 )
-from controlplane.api import StandardPagination, input_validate, paginated_response
+from core.api import StandardPagination, input_validate, paginated_response
 
 
 class ScopeSerializer(serializers.Serializer):

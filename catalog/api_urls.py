@@ -34,7 +34,7 @@ from catalog.api import (
     TeamListApi,
     TeamUpdateApi,
 )
-from controlplane.api import api_endpoint
+from core.api import api_endpoint
 from routing.api import (
     AliasCreateApi,
     AliasDeleteApi,

@@ -19,8 +19,8 @@ from django.db.models import TextField
 from django.db.models.functions import Cast
 
 from catalog.fields import EncryptedTextField
-from controlplane.crypto import ROTATION_FIX, can_decrypt
-from controlplane.validators import has_control_characters, validate_name
+from core.crypto import ROTATION_FIX, can_decrypt
+from core.validators import has_control_characters, validate_name
 
 STORED_DATA = "stored_data"
 _requested: ContextVar[bool] = ContextVar("stored_data_checks", default=False)

@@ -3,7 +3,7 @@ from typing import Any
 
 from django.db import models
 
-from controlplane.crypto import ROTATION_FIX, Undecryptable, decrypt, encrypt
+from core.crypto import ROTATION_FIX, Undecryptable, decrypt, encrypt
 
 __all__ = ["EncryptedTextField", "Undecryptable"]
 

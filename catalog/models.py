@@ -9,7 +9,7 @@ from django.db import models
 
 from catalog.enums import Capability, Protocol, ScopeType
 from catalog.fields import EncryptedTextField
-from controlplane.validators import validate_name
+from core.validators import validate_name
 
 # One DNS label. Single-label hosts (docker-compose or Kubernetes service names such as "ollama")
 # are fine; underscores too, since docker-compose service names may use them.

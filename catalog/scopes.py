@@ -13,7 +13,7 @@ from django.db import models
 
 from catalog.enums import SCOPE_PRECEDENCE, ScopeType
 from catalog.models import Agent, ApiKey, Application, Team
-from controlplane.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 T = TypeVar("T")
 

@@ -23,9 +23,9 @@ from catalog.selectors import (
     user_by_username,
 )
 from chains.selectors import chains_referencing_model, chains_referencing_provider
-from controlplane.configbus import config_publish
-from controlplane.errors import ConflictError, ValidationFailed
-from controlplane.validators import (
+from core.configbus import config_publish
+from core.errors import ConflictError, ValidationFailed
+from core.validators import (
     CONTROL_CHARACTERS_MESSAGE,
     SECRET_CONTROL_CHARACTERS_MESSAGE,
     has_control_characters,

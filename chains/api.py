@@ -13,14 +13,14 @@ from catalog.api import ScopeOutputSerializer, ScopeSerializer, scope_fields
 from chains.models import FallbackChain
 from chains.selectors import CHAIN_ORDERINGS, DEFAULT_CHAIN_ORDERING, chain_get, chain_list, chain_snapshot
 from chains.services import ChainInput, EntryInput, chain_create, chain_delete, chain_update
-from controlplane.api import (
+from core.api import (
     StandardPagination,
     StrictBooleanField,
     input_validate,
     nested_input_validate,
     paginated_response,
 )
-from controlplane.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 
 class ChainEntrySerializer(serializers.Serializer):

@@ -3,7 +3,7 @@
 from django.urls import path
 
 from chains.api import ChainCreateApi, ChainDeleteApi, ChainDetailApi, ChainListApi, ChainUpdateApi
-from controlplane.api import api_endpoint
+from core.api import api_endpoint
 
 api_urlpatterns = [
     path("chains/", api_endpoint(ChainListApi, ChainCreateApi), name="api-chains"),

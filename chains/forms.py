@@ -11,7 +11,7 @@ from catalog.enums import ScopeType
 from chains.models import MAX_ENTRIES
 from chains.selectors import CHAIN_ORDERINGS, DEFAULT_CHAIN_ORDERING
 from chains.services import ChainInput, EntryInput
-from controlplane.errors import ApplicationError
+from core.errors import ApplicationError
 
 PAGE_SIZES = (10, 25, 50, 100)
 DEFAULT_PAGE_SIZE = 25

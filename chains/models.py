@@ -4,7 +4,7 @@ from django.db.models import Q
 
 from catalog.enums import ScopeType
 from catalog.models import LlmModel, Provider, Scoped
-from controlplane.validators import validate_name
+from core.validators import validate_name
 
 MAX_ENTRIES = 10
 

@@ -13,9 +13,9 @@ from catalog.models import LlmModel, Provider
 from catalog.scopes import Scope, scope_validate
 from chains.models import MAX_ENTRIES, ChainEntry, FallbackChain
 from chains.selectors import chain_get, chain_snapshot
-from controlplane.configbus import config_publish
-from controlplane.errors import ConflictError, ValidationFailed
-from controlplane.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
+from core.configbus import config_publish
+from core.errors import ConflictError, ValidationFailed
+from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
 
 NAME_MAX = 200
 

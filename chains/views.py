@@ -37,10 +37,10 @@ from chains.selectors import (
     cost_ratio,
 )
 from chains.services import chain_create, chain_delete, chain_set_enabled, chain_update
-from chains.templatetags.console_tags import query
-from controlplane.errors import ConflictError, ValidationFailed
-from controlplane.permissions import role_required
-from controlplane.roles import Role
+from core.templatetags.console_tags import query
+from core.errors import ConflictError, ValidationFailed
+from core.permissions import role_required
+from core.roles import Role
 
 
 class HtmxRequest(HttpRequest):

@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "controlplane",
+    "core",
     "audit",
     "access",
     "catalog",
@@ -106,7 +107,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
-    "controlplane.middleware.HtmxMessagesMiddleware",
+    "core.middleware.HtmxMessagesMiddleware",
 ]
 
 ROOT_URLCONF = "gateway.urls" if GATEWAY_PROCESS else "controlplane.urls"
@@ -124,7 +125,7 @@ TEMPLATES = [
                 "django.template.context_processors.csp",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "controlplane.context_processors.console",
+                "core.context_processors.console",
             ],
         },
     },
@@ -230,11 +231,11 @@ SECURE_CSP = {
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "rest_framework.authentication.SessionAuthentication",
-        "controlplane.authentication.ConsoleTokenAuthentication",
+        "catalog.authentication.ConsoleTokenAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["controlplane.permissions.IsAdminRole"],
+    "DEFAULT_PERMISSION_CLASSES": ["core.permissions.IsAdminRole"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "controlplane.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }

@@ -8,8 +8,8 @@ from access import views as access_views
 from audit import api_urls as audit_api
 from catalog import api_urls as catalog_api
 from chains import api_urls as chains_api
-from controlplane import views
-from controlplane.permissions import IsAdminRole
+from core import views
+from core.permissions import IsAdminRole
 from health import api_urls as health_api
 from requestlogs import api_urls as requestlogs_api
 
@@ -38,4 +38,4 @@ urlpatterns = [
     path("admin/", admin.site.urls),
 ]
 
-handler404 = "controlplane.views.not_found"
+handler404 = "core.views.not_found"

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from controlplane.crypto import credential_unavailable_message
+from core.crypto import credential_unavailable_message
 from gateway.bodies import MIB, BodyBudget, BodyError, BodyLimits, parse_body, wide_numbers
 from gateway.config import ConfigHolder
 from gateway.errors import openai_error, sse_error

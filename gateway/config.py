@@ -14,7 +14,7 @@ import time
 
 from django.db import connections
 
-from controlplane.configbus import CHANNEL, VERSION_KEY, config_subscribe, config_unsubscribe
+from core.configbus import CHANNEL, VERSION_KEY, config_subscribe, config_unsubscribe
 from gateway.snapshot import Snapshot, snapshot_build
 
 log = logging.getLogger(__name__)

@@ -214,7 +214,7 @@ def snapshot_build(*, version: int) -> Snapshot:
 def _snapshot_read(version: int) -> Snapshot:
     from catalog.models import ApiKey, LlmModel, Provider
     from chains.models import FallbackChain
-    from controlplane.crypto import Undecryptable
+    from core.crypto import Undecryptable
     from routing.models import Alias, Guardrail, RoutingRule
 
     providers = {

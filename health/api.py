@@ -13,7 +13,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.errors import ValidationFailed
+from core.errors import ValidationFailed
 from health.selectors import (
     breaker_config_get,
     breaker_override_get,

@@ -5,7 +5,7 @@ from typing import Any
 
 from django import forms
 
-from controlplane.errors import ApplicationError
+from core.errors import ApplicationError
 from health.selectors import CONFIG_FIELDS, BreakerConfigValues, BreakerOverrideValues
 
 # Labels and help of the threshold fields, in the order the editor shows them.

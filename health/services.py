@@ -8,8 +8,8 @@ from django.db import transaction
 
 from audit.services import audit_record, diff_fields
 from catalog.models import LlmModel, Provider
-from controlplane.configbus import config_publish
-from controlplane.errors import ServiceUnavailable, ValidationFailed
+from core.configbus import config_publish
+from core.errors import ServiceUnavailable, ValidationFailed
 from health.breaker import BreakerUnavailable, CircuitSnapshot, get_engine
 from health.models import BreakerConfig, BreakerOverride
 from health.selectors import CONFIG_FIELDS, BreakerConfigValues, breaker_config_get, breaker_override_list

@@ -19,10 +19,10 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.middleware import HtmxDetails
 
 from catalog.selectors import llm_model_list, provider_list
-from chains.templatetags.console_tags import ago
-from controlplane.errors import ApplicationError, ValidationFailed
-from controlplane.permissions import role_required
-from controlplane.roles import Role
+from core.templatetags.console_tags import ago
+from core.errors import ApplicationError, ValidationFailed
+from core.permissions import role_required
+from core.roles import Role
 from health.breaker import State
 from health.forms import FIELD_HELP, FIELD_LABELS, BreakerConfigForm, BreakerOverrideForm, CircuitForm
 from health.selectors import (

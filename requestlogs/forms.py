@@ -16,7 +16,7 @@ from django import forms
 from django.utils.dateparse import parse_datetime
 
 from chains.models import MAX_ENTRIES
-from controlplane.errors import ValidationFailed
+from core.errors import ValidationFailed
 from requestlogs.selectors import (
     STATUS_CLASS_LABELS,
     Cursor,

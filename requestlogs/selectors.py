@@ -22,8 +22,8 @@ from django.db.models.fields.tuple_lookups import Tuple, TupleGreaterThan, Tuple
 
 from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
 from chains.models import FallbackChain
-from controlplane.errors import ValidationFailed
-from controlplane.roles import Role, has_role
+from core.errors import ValidationFailed
+from core.roles import Role, has_role
 from gateway.logsink import StreamKeys
 from requestlogs.models import RequestLog
 from requestlogs.tokens import seal, unseal

@@ -24,9 +24,9 @@ from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
 from django_htmx.middleware import HtmxDetails
 
-from chains.templatetags.console_tags import query
-from controlplane.permissions import role_required
-from controlplane.roles import Role, has_role
+from core.templatetags.console_tags import query
+from core.permissions import role_required
+from core.roles import Role, has_role
 from health.selectors import circuit_anchor
 from requestlogs.forms import (
     DEFAULT_RANGE,

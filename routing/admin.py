@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from catalog.admin import ServiceAdmin, ServiceForm
-from controlplane.errors import ValidationFailed
+from core.errors import ValidationFailed
 from routing.models import Alias, Guardrail, RoutingRule
 from routing.services import (
     AliasInput,

@@ -8,7 +8,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.api import ScopeOutputSerializer, ScopeSerializer, scope_fields
-from controlplane.api import (
+from core.api import (
     StandardPagination,
     StrictBooleanField,
     input_validate,

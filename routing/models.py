@@ -3,7 +3,7 @@ from django.db.models import Q
 
 from catalog.enums import ScopeType
 from catalog.models import LlmModel, Scoped
-from controlplane.validators import validate_name
+from core.validators import validate_name
 
 
 class RoutingRule(Scoped):

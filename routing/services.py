@@ -12,9 +12,9 @@ from catalog.enums import ScopeType
 from catalog.models import LlmModel
 from catalog.scopes import Scope, scope_validate
 from catalog.services import Errors, name_checked, raise_if_errors
-from controlplane.configbus import config_publish
-from controlplane.errors import ValidationFailed
-from controlplane.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
+from core.configbus import config_publish
+from core.errors import ValidationFailed
+from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
 from routing.models import Alias, Guardrail, GuardrailAction, RoutingRule
 
 RULE_NAME_MAX = 200

@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-import controlplane.validators
+import core.validators
 
 
 class Migration(migrations.Migration):
@@ -14,36 +14,36 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="agent",
             name="name",
-            field=models.CharField(max_length=128, unique=True, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=128, unique=True, validators=[core.validators.validate_name]),
         ),
         migrations.AlterField(
             model_name="apikey",
             name="name",
-            field=models.CharField(max_length=128, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=128, validators=[core.validators.validate_name]),
         ),
         migrations.AlterField(
             model_name="application",
             name="name",
-            field=models.CharField(max_length=128, unique=True, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=128, unique=True, validators=[core.validators.validate_name]),
         ),
         migrations.AlterField(
             model_name="consoletoken",
             name="name",
-            field=models.CharField(max_length=128, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=128, validators=[core.validators.validate_name]),
         ),
         migrations.AlterField(
             model_name="llmmodel",
             name="name",
-            field=models.CharField(max_length=128, unique=True, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=128, unique=True, validators=[core.validators.validate_name]),
         ),
         migrations.AlterField(
             model_name="provider",
             name="name",
-            field=models.CharField(max_length=64, unique=True, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=64, unique=True, validators=[core.validators.validate_name]),
         ),
         migrations.AlterField(
             model_name="team",
             name="name",
-            field=models.CharField(max_length=128, unique=True, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=128, unique=True, validators=[core.validators.validate_name]),
         ),
     ]

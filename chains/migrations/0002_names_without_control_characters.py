@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-import controlplane.validators
+import core.validators
 
 
 class Migration(migrations.Migration):
@@ -14,6 +14,6 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="fallbackchain",
             name="name",
-            field=models.CharField(max_length=200, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=200, validators=[core.validators.validate_name]),
         ),
     ]

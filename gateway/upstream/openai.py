@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-from controlplane.crypto import ROTATION_FIX, credential_unavailable_message
+from core.crypto import ROTATION_FIX, credential_unavailable_message
 from gateway.snapshot import ProviderInfo
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
 from gateway.upstream.transport import FastTransport, RawResponse, origin_of

@@ -110,7 +110,7 @@ def _on_config_change(version: int) -> None:
 def _listen() -> None:
     global _listening
     if not _listening:
-        from controlplane.configbus import config_subscribe
+        from core.configbus import config_subscribe
 
         config_subscribe(_on_config_change)
         _listening = True
@@ -126,7 +126,7 @@ def get_engine() -> BreakerEngine:
         if _engine is None:
             from django.conf import settings
 
-            from controlplane.configbus import CHANNEL
+            from core.configbus import CHANNEL
 
             redis_url = getattr(settings, "REDIS_URL", "")
             _engine = build_engine(

@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-import controlplane.validators
+import core.validators
 
 
 class Migration(migrations.Migration):
@@ -14,16 +14,16 @@ class Migration(migrations.Migration):
         migrations.AlterField(
             model_name="alias",
             name="name",
-            field=models.CharField(max_length=128, unique=True, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=128, unique=True, validators=[core.validators.validate_name]),
         ),
         migrations.AlterField(
             model_name="guardrail",
             name="name",
-            field=models.CharField(max_length=200, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=200, validators=[core.validators.validate_name]),
         ),
         migrations.AlterField(
             model_name="routingrule",
             name="name",
-            field=models.CharField(max_length=200, validators=[controlplane.validators.validate_name]),
+            field=models.CharField(max_length=200, validators=[core.validators.validate_name]),
         ),
     ]

@@ -12,7 +12,7 @@ from access.forms import LOCKED_MESSAGE
 from access.models import AuthThrottle
 from audit.models import AuditEvent
 from catalog.services import console_token_create
-from controlplane.authentication import TOKEN_LOCKED_MESSAGE
+from catalog.authentication import TOKEN_LOCKED_MESSAGE
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db

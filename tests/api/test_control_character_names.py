@@ -7,8 +7,8 @@ from audit.models import AuditEvent
 from catalog.models import Agent, ApiKey, Application, ConsoleToken, LlmModel, Provider, Team
 from catalog.services import console_token_create
 from chains.models import FallbackChain
-from controlplane.errors import ValidationFailed
-from controlplane.validators import CONTROL_CHARACTERS_MESSAGE
+from core.errors import ValidationFailed
+from core.validators import CONTROL_CHARACTERS_MESSAGE
 from routing.models import Alias, Guardrail, RoutingRule
 from routing.services import GuardrailInput, guardrail_create
 from tests.api.helpers import patch_json, post_json

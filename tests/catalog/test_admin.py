@@ -8,7 +8,7 @@ from audit.models import AuditEvent
 from catalog.enums import ScopeType
 from catalog.models import Agent, Application, Provider, Team
 from catalog.services import api_key_revoke, user_delete
-from controlplane.errors import ConflictError
+from core.errors import ConflictError
 from routing.models import Guardrail
 from tests.factories import (
     AgentFactory,

@@ -13,8 +13,8 @@ from audit.models import AuditEvent
 from catalog.keys import key_hash
 from catalog.models import ConsoleToken
 from catalog.services import console_token_create, console_token_revoke
-from controlplane.authentication import ConsoleTokenAuthentication
-from controlplane.errors import ValidationFailed
+from catalog.authentication import ConsoleTokenAuthentication
+from core.errors import ValidationFailed
 from tests.factories.keys import make_key
 
 pytestmark = pytest.mark.django_db

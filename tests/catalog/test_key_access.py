@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 from audit.models import AuditEvent
 from catalog.models import ApiKey
 from catalog.services import api_key_create, user_set_active
-from controlplane.errors import ValidationFailed
+from core.errors import ValidationFailed
 from tests.catalog.test_user_admin import user_form
 from tests.factories import UserFactory
 from tests.factories.keys import make_key

@@ -3,7 +3,7 @@ import pytest
 from catalog.enums import ScopeType
 from catalog.scopes import Principal, Scope, resolve_most_specific, scope_validate, scopes_overlap
 from chains.selectors import chain_for
-from controlplane.errors import ValidationFailed
+from core.errors import ValidationFailed
 from tests.factories import AgentFactory, ApplicationFactory, ChainFactory, LlmModelFactory, TeamFactory, UserFactory
 from tests.factories.keys import make_key
 

@@ -4,7 +4,7 @@ from django.test import override_settings
 
 from catalog.keys import key_hash
 from catalog.models import ApiKey, Provider
-from controlplane import crypto
+from core import crypto
 from tests.factories import ProviderFactory, UserFactory
 from tests.factories.keys import make_key
 
@@ -58,7 +58,7 @@ def test_undecryptable_secret_reads_empty_and_survives_a_save():
     raw = _raw("catalog_provider", "api_key", provider.pk)
     crypto._fernet.cache_clear()
     try:
-        # A rotated SECRET_KEY too: keys derived from SECRET_KEY also decrypt (controlplane.crypto).
+        # A rotated SECRET_KEY too: keys derived from SECRET_KEY also decrypt (core.crypto).
         with override_settings(SECRET_KEY="rotated-" + "r" * 50, FIELD_ENCRYPTION_KEYS=["2" * 43 + "="]):
             loaded = Provider.objects.get(pk=provider.pk)
             loaded.base_url = "http://127.0.0.1:9/elsewhere"

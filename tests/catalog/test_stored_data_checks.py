@@ -9,7 +9,7 @@ from django.db import connection
 
 from catalog.checks import check_secrets_decrypt, check_stored_names
 from catalog.models import Provider, Team
-from controlplane.crypto import derived_key
+from core.crypto import derived_key
 
 
 def _foreign_key(provider: Provider) -> None:

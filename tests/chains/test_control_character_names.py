@@ -3,7 +3,7 @@
 from django.urls import reverse
 
 from chains.models import FallbackChain
-from controlplane.validators import CONTROL_CHARACTERS_MESSAGE
+from core.validators import CONTROL_CHARACTERS_MESSAGE
 from tests.chains.test_views import catalog, error_text, form_data  # noqa: F401 - catalog is a fixture
 
 

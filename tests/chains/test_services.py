@@ -5,7 +5,7 @@ from audit.models import AuditEvent
 from catalog.enums import ScopeType
 from chains.models import ChainEntry, FallbackChain
 from chains.services import ChainInput, EntryInput, chain_create, chain_delete, chain_set_enabled, chain_update
-from controlplane.errors import ConflictError, ValidationFailed
+from core.errors import ConflictError, ValidationFailed
 from tests.factories import LlmModelFactory, ProviderFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db

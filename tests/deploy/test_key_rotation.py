@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controlplane.crypto import derived_key
+from core.crypto import derived_key
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_KEY = "old-secret-key-" + "o" * 50

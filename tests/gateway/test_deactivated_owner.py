@@ -12,7 +12,7 @@ import pytest
 import redis
 from django.conf import settings
 
-from controlplane import configbus
+from core import configbus
 from tests.catalog.test_user_admin import user_form
 from tests.gateway.test_multiprocess import gateways  # noqa: F401  (fixture: three run_gateway processes)
 

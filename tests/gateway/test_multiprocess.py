@@ -13,7 +13,7 @@ import redis
 from django.db import connection
 
 from chains.models import FallbackChain
-from controlplane.configbus import config_publish
+from core.configbus import config_publish
 from tests.servers import production_env
 
 pytestmark = pytest.mark.production

@@ -11,7 +11,7 @@ from catalog.models import LlmModel
 from catalog.services import api_key_revoke
 from chains.models import FallbackChain
 from chains.services import ChainInput, EntryInput, chain_create
-from controlplane.configbus import config_publish
+from core.configbus import config_publish
 from gateway.config import wait_for_version
 from health.breaker.types import State
 from requestlogs.models import RequestLog

@@ -5,8 +5,8 @@ from cryptography.fernet import Fernet
 from django.db import connection
 
 from catalog.models import Provider
-from controlplane.configbus import config_publish
-from controlplane.crypto import derived_key
+from core.configbus import config_publish
+from core.crypto import derived_key
 from gateway.config import wait_for_version
 from health.breaker.types import State
 

@@ -4,8 +4,8 @@ import pytest
 
 from audit.models import AuditEvent
 from catalog.models import Provider
-from controlplane.configbus import config_publish
-from controlplane.errors import ServiceUnavailable, ValidationFailed
+from core.configbus import config_publish
+from core.errors import ServiceUnavailable, ValidationFailed
 from health.breaker import (
     BreakerSettings,
     BreakerUnavailable,

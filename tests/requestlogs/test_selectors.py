@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controlplane.errors import ValidationFailed
+from core.errors import ValidationFailed
 from requestlogs.selectors import (
     Attempt,
     Cursor,

@@ -3,8 +3,8 @@
 import pytest
 
 from audit.models import AuditEvent
-from controlplane.configbus import config_subscribe, config_unsubscribe
-from controlplane.errors import ValidationFailed
+from core.configbus import config_subscribe, config_unsubscribe
+from core.errors import ValidationFailed
 from routing.models import Guardrail
 from routing.services import (
     AliasInput,

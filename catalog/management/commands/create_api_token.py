@@ -4,7 +4,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from catalog.services import console_token_create
-from controlplane.errors import ApplicationError
+from core.errors import ApplicationError
 
 
 class Command(BaseCommand):

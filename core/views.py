@@ -3,7 +3,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseNotFound
 from django.shortcuts import redirect, render
 from django.template import loader
 
-from controlplane.roles import Role, has_role
+from core.roles import Role, has_role
 
 
 @login_required

@@ -18,7 +18,7 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from controlplane.errors import ApplicationError, ValidationFailed
+from core.errors import ApplicationError, ValidationFailed
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:

@@ -3,7 +3,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest
 
-from controlplane.roles import ROLE_LABELS, Role, has_role, primary_role
+from core.roles import ROLE_LABELS, Role, has_role, primary_role
 
 
 def console(request: HttpRequest) -> dict[str, Any]:
