@@ -19,7 +19,7 @@ export TEST_REDIS_URL
 help:
 	@echo "make run   - start the console on http://$(HOST):$(PORT) (embedded mode, SQLite, demo data)"
 	@echo "make test  - run the whole test suite (PostgreSQL + Redis, then SQLite)"
-	@echo "make lint  - ruff"
+	@echo "make lint  - ruff (check + format), mypy (Django and DRF stubs), import-linter (the apps' layers)"
 	@echo "make bench - breaker and gateway benchmarks (wrk, Redis)"
 	@echo "make bench-logs - Request Logs on 2,000,000 rows, ingest rate, freshness (PostgreSQL, Redis)"
 	@echo "make bench-hostile - 50 concurrent maximal and hostile bodies: worker memory, /healthz latency (Redis)"
@@ -65,9 +65,12 @@ bench-logs: venv
 bench-hostile: venv
 	$(PY) bench/hostile_bodies.py
 
+# Types and layers are checked against the embedded settings (no services needed).
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	DATABASE_URL= REDIS_URL= $(VENV)/bin/mypy
+	DATABASE_URL= REDIS_URL= $(VENV)/bin/lint-imports --no-cache
 
 clean:
 	rm -rf $(VENV) var staticfiles

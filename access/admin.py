@@ -39,8 +39,9 @@ class AuthThrottleAdmin(admin.ModelAdmin):
     list_filter = [LockedNowFilter, "scope", "kind"]
     search_fields = ["value"]
     ordering = ["-updated_at"]
-    fields = ["scope", "kind", "value", "recent_failures", "locked_until", "updated_at"]
-    readonly_fields = fields
+    # Tuples, readonly first: django-stubs types the two lists differently, and a tuple fits both.
+    readonly_fields = ("scope", "kind", "value", "recent_failures", "locked_until", "updated_at")
+    fields = readonly_fields
     actions = ["unlock"]
 
     @admin.display(description="failures in the window")

@@ -1,6 +1,6 @@
 """Sign-in forms that refuse a locked-out account or address before checking any password."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 from django.contrib.admin.forms import AdminAuthenticationForm
@@ -22,7 +22,13 @@ LOCKED_MESSAGE = (
 )
 
 
-class ThrottledLoginMixin:
+if TYPE_CHECKING:
+    _LoginForm = AuthenticationForm  # what the mixin is mixed into, so mypy knows super().clean()
+else:
+    _LoginForm = object
+
+
+class ThrottledLoginMixin(_LoginForm):
     """AUTH_FAILURE_LIMIT failures within the window lock the username (existing or not) and the client address."""
 
     request: Any
@@ -32,7 +38,7 @@ class ThrottledLoginMixin:
         username = self.cleaned_data.get("username") or ""
         password = self.cleaned_data.get("password")
         if not username or not password or self.request is None:
-            return super().clean()  # type: ignore[misc]  # a missing field is not a guess
+            return super().clean()  # a missing field is not a guess
         address = client_address(self.request)
         # Reserved before the password is checked, so concurrent attempts cannot all pass a check made first.
         reservation = auth_attempt_reserve(
@@ -41,7 +47,7 @@ class ThrottledLoginMixin:
         if reservation.refused:
             self._refuse()
         try:
-            cleaned = super().clean()  # type: ignore[misc]
+            cleaned = super().clean()
         except forms.ValidationError:
             if auth_attempt_failed(reservation=reservation):
                 self._refuse()

@@ -4,7 +4,6 @@ lockout and unlock audited."""
 import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -15,6 +14,7 @@ from access.enums import ThrottleKind
 from access.models import AuthThrottle
 from access.selectors import Ident
 from audit.services import audit_record
+from core.types import Actor
 
 
 def _window() -> timedelta:
@@ -211,7 +211,7 @@ def auth_throttles_prune() -> int:
 
 
 @transaction.atomic
-def auth_unlock(*, actor: Any, throttle: AuthThrottle) -> list[AuthThrottle]:
+def auth_unlock(*, actor: Actor, throttle: AuthThrottle) -> list[AuthThrottle]:
     """End a lockout now and forget its failures (audited as "auth.unlock"); returns the rows unlocked.
 
     Unlocking an account also unlocks the client address the same attempt locked (same scope, same lockout

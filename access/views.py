@@ -6,14 +6,14 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from access.forms import ThrottledAuthenticationForm
 
 
-def _locked_is_429(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+def _locked_is_429(view: Callable[..., HttpResponseBase]) -> Callable[..., HttpResponseBase]:
     @wraps(view)
-    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def wrapped(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         response = view(request, *args, **kwargs)
         if getattr(request, "auth_locked", False):
             response.status_code = 429

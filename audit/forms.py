@@ -50,7 +50,10 @@ class AuditFilterForm(forms.Form):
     object_id = forms.CharField(required=False, max_length=64)
     page = forms.IntegerField(required=False, min_value=1)
     page_size = forms.TypedChoiceField(
-        required=False, choices=[(n, n) for n in PAGE_SIZES], coerce=int, empty_value=DEFAULT_PAGE_SIZE
+        required=False,
+        choices=[(n, n) for n in PAGE_SIZES],
+        coerce=int,
+        empty_value=DEFAULT_PAGE_SIZE,  # type: ignore[arg-type]  # stubs: str | None; Django takes any value
     )
 
     def params(self) -> AuditParams:

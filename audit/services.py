@@ -7,6 +7,7 @@ from django.utils import timezone
 
 from audit.hashing import GENESIS_HASH, event_hash, hashed_fields
 from audit.models import AuditEvent
+from core.types import Actor
 
 # Any constant works: it serialises writers of the hash chain on PostgreSQL.
 _AUDIT_LOCK_ID = 0x617564697400
@@ -21,7 +22,7 @@ def _json_safe(value: Any) -> Any:
 
 def audit_record(
     *,
-    actor: Any,
+    actor: Actor,
     action: str,
     object_type: str,
     object_id: Any,
@@ -63,7 +64,7 @@ def diff_fields(before: dict[str, Any], after: dict[str, Any]) -> tuple[dict[str
 
 def audit_changes(
     *,
-    actor: Any,
+    actor: Actor,
     action: str,
     object_type: str,
     object_id: Any,

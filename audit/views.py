@@ -5,25 +5,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpResponse
 from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.middleware import HtmxDetails
 
 from audit.forms import PAGE_SIZES, AuditFilterForm
 from audit.models import AuditEvent
 from audit.selectors import audit_event_list, audit_filter_options
-from core.templatetags.console_tags import query
+from core.htmx import HtmxRequest, wants_partial
 from core.permissions import role_required
 from core.roles import Role
+from core.templatetags.console_tags import query
 
 MISSING = object()
-
-
-class HtmxRequest(HttpRequest):
-    htmx: HtmxDetails
 
 
 @dataclass(frozen=True)
@@ -84,7 +80,7 @@ def audit_list_view(request: HtmxRequest) -> HttpResponse:
     page = paginator.get_page(params.page)
     params = type(params)(**{**params.__dict__, "page": page.number})
     list_url = reverse("audit:list")
-    context = {
+    context: dict[str, Any] = {
         "section": "audit",
         "params": params,
         "query": params.as_query(),
@@ -96,7 +92,7 @@ def audit_list_view(request: HtmxRequest) -> HttpResponse:
         "list_url": list_url,
     }
     template = "audit/list.html"
-    partial = bool(request.htmx) and not request.htmx.history_restore_request
+    partial = wants_partial(request)
     if partial:
         template += "#audit-table"
     response = render(request, template, context)

@@ -18,7 +18,9 @@ import subprocess
 import sys
 import tempfile
 import timeit
+from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 import orjson
 
@@ -56,20 +58,21 @@ BODIES = {
 }
 
 
-def load_baseline(rev: str):
+def load_baseline(rev: str) -> ModuleType:
     source = subprocess.run(
         ["git", "-C", str(ROOT), "show", f"{rev}:gateway/bodies.py"], capture_output=True, text=True, check=True
     ).stdout
     path = Path(tempfile.mkdtemp()) / "baseline_bodies.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("baseline_bodies", path)
+    assert spec is not None and spec.loader is not None  # a .py path always has a source loader
     module = importlib.util.module_from_spec(spec)
     sys.modules["baseline_bodies"] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
 
-def best_us(fn, raw: bytes) -> float:
+def best_us(fn: Callable[[bytes], object], raw: bytes) -> float:
     number = max(1, int(2e5 // max(len(raw), 1)))
     return min(timeit.repeat(lambda: fn(raw), number=number, repeat=5)) / number * 1e6
 

@@ -12,6 +12,7 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -19,18 +20,18 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
 import redis
 
-from health.breaker import Outcome, build_engine
+from health.breaker import BreakerEngine, Outcome, build_engine
 
 OK = Outcome.of_status(200)
 
 
-def _time(fn, calls: int) -> float:
+def _time(fn: Callable[[int], None], calls: int) -> float:
     start = time.perf_counter()
     fn(calls)
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def bench(engine, calls: int, runs: int) -> dict[str, float]:
+def bench(engine: BreakerEngine, calls: int, runs: int) -> dict[str, float]:
     allow, record = engine.allow, engine.record
     decision = allow("bench", "model")
     record(decision, OK)

@@ -25,6 +25,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import TypedDict
 
 import httpx
 
@@ -38,7 +39,8 @@ STREAM_BODY = '{"model":"gpt-4o","stream":true,"messages":[{"role":"user","conte
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
@@ -121,7 +123,22 @@ def _ms(text: str) -> float:
     return float(m.group(1)) * _UNITS[m.group(2)]
 
 
-def wrk(url: str, key: str | None, connections: int, duration: int, body: str = BODY) -> dict[str, float]:
+class WrkResult(TypedDict):
+    rps: float
+    p50: float
+    p99: float
+    requests: int
+    errors: int
+
+
+def _found(pattern: str, text: str) -> str:
+    """The first group of `pattern` in wrk's report (every run prints it)."""
+    match = re.search(pattern, text)
+    assert match is not None, f"{pattern!r} not in wrk's output:\n{text}"
+    return match.group(1)
+
+
+def wrk(url: str, key: str | None, connections: int, duration: int, body: str = BODY) -> WrkResult:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as f:
         f.write('wrk.method = "POST"\n')
         f.write(f"wrk.body = [[{body}]]\n")
@@ -137,11 +154,11 @@ def wrk(url: str, key: str | None, connections: int, duration: int, body: str = 
         check=True,
     ).stdout
     os.unlink(script)
-    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    total = int(re.search(r"(\d+) requests in", out).group(1))
+    rps = float(_found(r"Requests/sec:\s+([\d.]+)", out))
+    total = int(_found(r"(\d+) requests in", out))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    p50 = _ms(re.search(r"\s50%\s+(\S+)", out).group(1))
-    p99 = _ms(re.search(r"\s99%\s+(\S+)", out).group(1))
+    p50 = _ms(_found(r"\s50%\s+(\S+)", out))
+    p99 = _ms(_found(r"\s99%\s+(\S+)", out))
     return {"rps": rps, "p50": p50, "p99": p99, "requests": total, "errors": int(errors.group(1)) if errors else 0}
 
 
@@ -223,7 +240,7 @@ def main() -> None:
         "LOG_LEVEL": "WARNING",
     }
     key = prepare(env, sim_url)
-    procs = []
+    procs: list[subprocess.Popen] = []
     try:
         gw_pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs)
 

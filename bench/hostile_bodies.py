@@ -36,6 +36,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
@@ -195,7 +196,7 @@ async def send_round(
     slowest = 0.0
     async with httpx.AsyncClient(timeout=300, limits=limits) as client:
 
-        async def pieces():
+        async def pieces() -> AsyncIterator[bytes]:
             step = len(body) // 4 + 1
             for i in range(0, len(body), step):
                 yield body[i : i + step]
@@ -278,7 +279,12 @@ def main() -> None:
     }
     key = prepare(env, sim_url)
     procs: list[subprocess.Popen] = []
+    # round, concurrent, body bytes, statuses, slowest, wall, peak RSS, RSS after, VmHWM, /healthz log, upstream
+    rows: list[tuple[str, int, int, dict[int, int], float, float, float, float | None, float | None, str, int | None]]
     rows = []
+    after: float | None  # None in a row: the round's worker was killed
+    hwm: float | None
+    upstream: int | None
     stop_file = str(work / "stop")
     try:
         pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs)

@@ -25,10 +25,19 @@ import statistics
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from multiprocessing.queues import Queue
+
+    import redis
+    from django.test import Client
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -149,7 +158,7 @@ def build_catalog() -> dict:
     return {"keys": keys}
 
 
-def _weights(items: list, weight_of) -> tuple[list, list[float]]:
+def _weights(items: list, weight_of: Callable[[Any], float]) -> tuple[list, list[float]]:
     return items, [weight_of(i) for i in items]
 
 
@@ -288,7 +297,7 @@ def load(n: int, keys: list, *, reload: bool) -> tuple[int, datetime]:
 # ---------- Measuring ----------
 
 
-def median_ms(fn, runs: int) -> float:
+def median_ms(fn: Callable[[], object], runs: int) -> float:
     fn()  # warm: plans cached by PostgreSQL's buffers, Python imports, templates compiled
     samples = []
     for _ in range(runs):
@@ -301,7 +310,7 @@ def median_ms(fn, runs: int) -> float:
 NEXT_LINK = re.compile(r'id="log-next" href="([^"]+)"')
 
 
-def page_url(client, query: str, page: int) -> str | None:
+def page_url(client: Client, query: str, page: int) -> str | None:
     """The URL of page `page` of /logs/?query, reached by following "Older"; None if there are fewer pages."""
     url = "/logs/" + (f"?{query}" if query else "")
     for _ in range(page - 1):
@@ -318,7 +327,7 @@ class Slowest:
         self.label = ""
         self.sql = ""
 
-    def watch(self, label: str, client, url: str) -> None:
+    def watch(self, label: str, client: Client, url: str) -> None:
         from django.db import connection
         from django.test.utils import CaptureQueriesContext
 
@@ -335,6 +344,7 @@ def scenarios(catalog: dict, newest: datetime) -> list[tuple[str, str]]:
     keys = catalog["keys"]
     team = Team.objects.order_by("id").first()
     app = Application.objects.order_by("id").first()
+    assert team is not None and app is not None  # seeded by build_catalog
     frm = (newest - timedelta(days=30)).strftime("%Y-%m-%dT%H:%M")
     return [
         ("no filter", ""),
@@ -391,13 +401,13 @@ def measure_pages(catalog: dict, newest: datetime, runs: int) -> Slowest:
         for range_ in ("24h",) if own_range else ("24h", "7d"):
             q = query if range_ == "24h" else "&".join(p for p in (query, "range=7d") if p)
             first = "/logs/" + (f"?{q}" if q else "")
-            cells.append(f"{median_ms(lambda u=first, c=client: c.get(u), runs):.1f}")
+            cells.append(f"{median_ms(partial(client.get, first), runs):.1f}")
             slowest.watch(f"{label}, first page, {range_}", client, first)
             deep = page_url(client, q, 20)
             if deep is None:
                 cells.append("— (fewer pages)")
             else:
-                cells.append(f"{median_ms(lambda u=deep, c=client: c.get(u), runs):.1f}")
+                cells.append(f"{median_ms(partial(client.get, deep), runs):.1f}")
                 slowest.watch(f"{label}, page 20, {range_}", client, deep)
         if own_range:
             cells += ["(its own range)", ""]
@@ -423,7 +433,7 @@ def measure_other(catalog: dict, runs: int) -> None:
 
     def csv_first_byte(url: str) -> None:
         response = admin.get(url)
-        next(iter(response.streaming_content))
+        next(iter(response))  # a streamed response iterates its streaming_content
         response.close()
 
     rows = [
@@ -466,7 +476,7 @@ def csv_full(runs: int) -> None:
     t0 = time.perf_counter()
     response = admin.get("/logs/export.csv?range=7d")
     size = lines = 0
-    for chunk in response.streaming_content:
+    for chunk in response:  # its streaming_content
         size += len(chunk)
         lines += chunk.count(b"\n")
     elapsed = time.perf_counter() - t0
@@ -486,7 +496,7 @@ def explain(slowest: Slowest) -> None:
         print("\n" + "\n".join(line for (line,) in cursor.fetchall()))
 
 
-def _fill_stream(client, stream: str, n: int, keys: list) -> None:
+def _fill_stream(client: redis.Redis, stream: str, n: int, keys: list) -> None:
     """XADD n records as gateways would: requests of the last few seconds (20,000 a second), in time order."""
     import orjson
 
@@ -503,7 +513,7 @@ def _fill_stream(client, stream: str, n: int, keys: list) -> None:
     pipe.execute()
 
 
-def _drain(stream: str, results) -> None:
+def _drain(stream: str, results: Queue[int]) -> None:
     """One ingest task run after run until the stream is empty (a Celery pool slot under a backlog)."""
     from django.db import connections
 

@@ -1,7 +1,6 @@
-"""Catalog admin. Writes go through catalog.services, so the admin validates, refuses (409) and audits
-exactly like the API; a refusal becomes an error message and nothing changes."""
+"""Catalog admin. Writes go through catalog.services (core.admin), so the admin validates, refuses (409) and
+audits exactly like the API; a refusal becomes an error message and nothing changes."""
 
-from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -9,7 +8,7 @@ from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.utils.cache import add_never_cache_headers
 from django.utils.html import format_html
@@ -51,76 +50,9 @@ from catalog.services import (
     user_delete,
     user_set_active,
 )
+from core.admin import ServiceAdmin, ServiceForm, ServiceModelAdmin
 from core.configbus import config_publish
 from core.crypto import ROTATION_FIX
-from core.errors import ApplicationError, ValidationFailed
-
-
-class ServiceForm(forms.ModelForm):
-    """Runs the service's validation in clean(), so the admin shows the API's messages next to the fields."""
-
-    # Each subclass defines both: the service input built from cleaned_data, and the service's check.
-    service_input: Callable[[], Any]
-    service_validate: Callable[[Any], None]
-
-    def clean(self) -> dict[str, Any]:
-        cleaned = super().clean() or {}
-        if self.errors:
-            return cleaned  # the service would only repeat what the fields already say
-        try:
-            self.service_validate(self.service_input())
-        except ValidationFailed as exc:
-            for field, problems in exc.errors.items():
-                self.add_error(field if field in self.fields else None, problems)
-        return cleaned
-
-    @property
-    def current(self) -> Any:
-        """The stored object being edited (None when adding)."""
-        return self.instance if self.instance.pk else None
-
-
-class ServiceAdmin(admin.ModelAdmin):
-    """Turns a service refusal (ApplicationError) into an error message; the transaction rolls back."""
-
-    def _refused(self, request: HttpRequest, exc: ApplicationError, url: str) -> HttpResponse:
-        self.message_user(request, exc.message, messages.ERROR)
-        return HttpResponseRedirect(url)
-
-    def changeform_view(
-        self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: Any = None
-    ) -> HttpResponse:
-        # The form already ran the service's checks; this catches a write that raced another one.
-        try:
-            return super().changeform_view(request, object_id, form_url, extra_context)
-        except ApplicationError as exc:
-            return self._refused(request, exc, request.get_full_path())
-
-    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
-        try:
-            return super().delete_view(request, object_id, extra_context)
-        except ApplicationError as exc:
-            return self._refused(request, exc, request.path.rsplit("/delete/", 1)[0] + "/change/")
-
-    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        # "Delete selected" logs and deletes outside a transaction; one refusal must undo the whole batch.
-        try:
-            with transaction.atomic():
-                return super().changelist_view(request, extra_context)
-        except ApplicationError as exc:
-            return self._refused(request, exc, request.get_full_path())
-
-    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
-        with transaction.atomic():
-            for obj in queryset:
-                self.delete_model(request, obj)
-
-
-def _saved(obj: Any, saved: Any) -> None:
-    # The admin redirects and logs with `obj`; give it the row the service wrote.
-    obj.pk = saved.pk
-    obj.refresh_from_db()
-
 
 # --- providers and models ----------------------------------------------------------------------
 
@@ -159,8 +91,12 @@ def _undecryptable_message(count: int) -> str:
 
 
 @admin.register(Provider)
-class ProviderAdmin(ServiceAdmin):
+class ProviderAdmin(ServiceModelAdmin):
     form = ProviderForm
+    create_service = staticmethod(provider_create)
+    update_service = staticmethod(provider_update)
+    delete_service = staticmethod(provider_delete)
+    service_keyword = "provider"
     list_display = ["name", "protocol", "base_url", "api_key_state", "connect_timeout", "read_timeout"]
     search_fields = ["name"]
 
@@ -187,20 +123,10 @@ class ProviderAdmin(ServiceAdmin):
                 self.message_user(request, _undecryptable_message(1), messages.ERROR)
         return super().change_view(request, object_id, form_url, extra_context)
 
-    def save_model(self, request: HttpRequest, obj: Provider, form: ProviderForm, change: bool) -> None:
+    def service_kwargs(self, form: ServiceForm, change: bool) -> dict[str, Any]:
         api_key = form.cleaned_data["api_key"]
-        if change:
-            # A blank key field keeps the stored key.
-            current = Provider.objects.get(pk=obj.pk)
-            saved = provider_update(
-                actor=request.user, provider=current, data=form.service_input(), api_key=api_key or None
-            )
-        else:
-            saved = provider_create(actor=request.user, data=form.service_input(), api_key=api_key)
-        _saved(obj, saved)
-
-    def delete_model(self, request: HttpRequest, obj: Provider) -> None:
-        provider_delete(actor=request.user, provider=obj)
+        # A blank key field keeps the stored key.
+        return {"api_key": api_key or None} if change else {"api_key": api_key}
 
 
 class LlmModelForm(ServiceForm):
@@ -228,22 +154,16 @@ class LlmModelForm(ServiceForm):
 
 
 @admin.register(LlmModel)
-class LlmModelAdmin(ServiceAdmin):
+class LlmModelAdmin(ServiceModelAdmin):
     form = LlmModelForm
+    create_service = staticmethod(llm_model_create)
+    update_service = staticmethod(llm_model_update)
+    delete_service = staticmethod(llm_model_delete)
+    service_keyword = "model"
+    stored_related = ("provider",)
     list_display = ["name", "provider", "input_price_per_mtok", "output_price_per_mtok", "context_window"]
     list_filter = ["provider"]
     search_fields = ["name"]
-
-    def save_model(self, request: HttpRequest, obj: LlmModel, form: LlmModelForm, change: bool) -> None:
-        if change:
-            current = LlmModel.objects.select_related("provider").get(pk=obj.pk)
-            saved = llm_model_update(actor=request.user, model=current, data=form.service_input())
-        else:
-            saved = llm_model_create(actor=request.user, data=form.service_input())
-        _saved(obj, saved)
-
-    def delete_model(self, request: HttpRequest, obj: LlmModel) -> None:
-        llm_model_delete(actor=request.user, model=obj)
 
 
 # --- teams, applications, agents ---------------------------------------------------------------
@@ -262,19 +182,13 @@ class TeamForm(ServiceForm):
 
 
 @admin.register(Team)
-class TeamAdmin(ServiceAdmin):
+class TeamAdmin(ServiceModelAdmin):
     form = TeamForm
     search_fields = ["name"]
-
-    def save_model(self, request: HttpRequest, obj: Team, form: TeamForm, change: bool) -> None:
-        if change:
-            saved = team_update(actor=request.user, team=Team.objects.get(pk=obj.pk), data=form.service_input())
-        else:
-            saved = team_create(actor=request.user, data=form.service_input())
-        _saved(obj, saved)
-
-    def delete_model(self, request: HttpRequest, obj: Team) -> None:
-        team_delete(actor=request.user, team=obj)
+    create_service = staticmethod(team_create)
+    update_service = staticmethod(team_update)
+    delete_service = staticmethod(team_delete)
+    service_keyword = "team"
 
 
 class ApplicationForm(ServiceForm):
@@ -291,21 +205,15 @@ class ApplicationForm(ServiceForm):
 
 
 @admin.register(Application)
-class ApplicationAdmin(ServiceAdmin):
+class ApplicationAdmin(ServiceModelAdmin):
     form = ApplicationForm
     list_display = ["name", "team"]
     search_fields = ["name"]
-
-    def save_model(self, request: HttpRequest, obj: Application, form: ApplicationForm, change: bool) -> None:
-        if change:
-            current = Application.objects.select_related("team").get(pk=obj.pk)
-            saved = application_update(actor=request.user, application=current, data=form.service_input())
-        else:
-            saved = application_create(actor=request.user, data=form.service_input())
-        _saved(obj, saved)
-
-    def delete_model(self, request: HttpRequest, obj: Application) -> None:
-        application_delete(actor=request.user, application=obj)
+    create_service = staticmethod(application_create)
+    update_service = staticmethod(application_update)
+    delete_service = staticmethod(application_delete)
+    service_keyword = "application"
+    stored_related = ("team",)
 
 
 class AgentForm(ServiceForm):
@@ -322,21 +230,15 @@ class AgentForm(ServiceForm):
 
 
 @admin.register(Agent)
-class AgentAdmin(ServiceAdmin):
+class AgentAdmin(ServiceModelAdmin):
     form = AgentForm
     list_display = ["name", "application"]
     search_fields = ["name"]
-
-    def save_model(self, request: HttpRequest, obj: Agent, form: AgentForm, change: bool) -> None:
-        if change:
-            current = Agent.objects.select_related("application").get(pk=obj.pk)
-            saved = agent_update(actor=request.user, agent=current, data=form.service_input())
-        else:
-            saved = agent_create(actor=request.user, data=form.service_input())
-        _saved(obj, saved)
-
-    def delete_model(self, request: HttpRequest, obj: Agent) -> None:
-        agent_delete(actor=request.user, agent=obj)
+    create_service = staticmethod(agent_create)
+    update_service = staticmethod(agent_update)
+    delete_service = staticmethod(agent_delete)
+    service_keyword = "agent"
+    stored_related = ("application",)
 
 
 # --- gateway keys and users --------------------------------------------------------------------
@@ -447,8 +349,9 @@ class ConsoleTokenAdmin(admin.ModelAdmin):
     list_display = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
     list_filter = ["revoked_at"]
     search_fields = ["name", "prefix", "user__username"]
-    fields = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]
-    readonly_fields = fields
+    # Tuples, readonly first: django-stubs types the two lists differently, and a tuple fits both.
+    readonly_fields = ("prefix", "user", "name", "created_at", "last_used_at", "revoked_at")
+    fields = readonly_fields
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:

@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.enums import Capability, Protocol, ScopeType
-from catalog.models import Provider
+from catalog.models import ApiKey, Provider
 from catalog.selectors import (
     agent_list,
     api_key_list,
@@ -563,7 +563,7 @@ class ApiKeyDetailApi(APIView):
             ref_name = "ApiKey"
 
         @extend_schema_field(OpenApiTypes.BOOL)
-        def get_active(self, key: Any) -> bool:
+        def get_active(self, key: ApiKey) -> bool:
             return key.is_active and key.user.is_active
 
     @extend_schema(operation_id="key_detail", responses=OutputSerializer)
@@ -613,7 +613,7 @@ class ApiKeyCreateApi(APIView):
         username = data.pop("user")
         created = api_key_issue(actor=request.user, data=ApiKeyInput(**data), username=username)
         key = get_object_or_404(api_key_list(), pk=created.key.pk)
-        key.secret = created.secret  # type: ignore[attr-defined]
+        key.secret = created.secret  # type: ignore[attr-defined]  # for OutputSerializer only; never stored
         response = Response(ApiKeyCreateApi.OutputSerializer(key).data, status=status.HTTP_201_CREATED)
         add_never_cache_headers(response)  # the only copy of the secret: no cache may keep it
         return response

@@ -1,4 +1,4 @@
-"""Catalog and routing API under /api/: one URL per collection and per object, one APIView per operation."""
+"""Catalog API under /api/: one URL per collection and per object, one APIView per operation."""
 
 from django.urls import path
 
@@ -35,18 +35,6 @@ from catalog.api import (
     TeamUpdateApi,
 )
 from core.api import api_endpoint
-from routing.api import (
-    AliasCreateApi,
-    AliasDeleteApi,
-    AliasDetailApi,
-    AliasListApi,
-    AliasUpdateApi,
-    RoutingRuleCreateApi,
-    RoutingRuleDeleteApi,
-    RoutingRuleDetailApi,
-    RoutingRuleListApi,
-    RoutingRuleUpdateApi,
-)
 
 api_urlpatterns = [
     path("providers/", api_endpoint(ProviderListApi, ProviderCreateApi), name="api-providers"),
@@ -73,12 +61,4 @@ api_urlpatterns = [
     path("agents/<int:agent_id>/", api_endpoint(AgentDetailApi, AgentUpdateApi, AgentDeleteApi), name="api-agent"),
     path("keys/", api_endpoint(ApiKeyListApi, ApiKeyCreateApi), name="api-keys"),
     path("keys/<int:key_id>/", api_endpoint(ApiKeyDetailApi, ApiKeyUpdateApi, ApiKeyRevokeApi), name="api-key"),
-    path("routing-rules/", api_endpoint(RoutingRuleListApi, RoutingRuleCreateApi), name="api-routing-rules"),
-    path(
-        "routing-rules/<int:rule_id>/",
-        api_endpoint(RoutingRuleDetailApi, RoutingRuleUpdateApi, RoutingRuleDeleteApi),
-        name="api-routing-rule",
-    ),
-    path("aliases/", api_endpoint(AliasListApi, AliasCreateApi), name="api-aliases"),
-    path("aliases/<int:alias_id>/", api_endpoint(AliasDetailApi, AliasUpdateApi, AliasDeleteApi), name="api-alias"),
 ]

@@ -15,6 +15,7 @@ class Capability(models.TextChoices):
     ASSISTANT_PREFILL = "assistant_prefill", "Assistant prefill"
 
 
+# Which scope wins where several match a caller: routing.resolution.SCOPE_PRECEDENCE.
 class ScopeType(models.TextChoices):
     GLOBAL = "global", "Global"
     TEAM = "team", "Team"
@@ -22,14 +23,3 @@ class ScopeType(models.TextChoices):
     USER = "user", "User"
     AGENT = "agent", "Agent"
     KEY = "key", "API key"
-
-
-# Most specific first.
-SCOPE_PRECEDENCE: tuple[str, ...] = (
-    ScopeType.KEY,
-    ScopeType.AGENT,
-    ScopeType.USER,
-    ScopeType.TEAM,
-    ScopeType.APPLICATION,
-    ScopeType.GLOBAL,
-)

@@ -1,21 +1,18 @@
-"""Scopes: one implementation shared by chains, routing rules and (later) guardrails.
+"""Scopes as the console and the services see them: validation, labels, pickers, overlap.
 
-A scope is (type, target id). Precedence, most specific first:
-key > agent > user > team > application > global.
+A scope is (type, target id). Which scope wins for a caller (the precedence) and the routing it
+decides live in routing.resolution, the one implementation the gateway runs.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TypeVar
 
 from django.contrib.auth import get_user_model
 from django.db import models
 
-from catalog.enums import SCOPE_PRECEDENCE, ScopeType
+from catalog.enums import ScopeType
 from catalog.models import Agent, ApiKey, Application, Team
 from core.errors import ValidationFailed
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,52 +25,19 @@ class Scope:
         return cls(ScopeType.GLOBAL, None)
 
 
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """Who is calling: a gateway key and what it names."""
-
-    key_id: int | None = None
-    user_id: int | None = None
-    team_id: int | None = None
-    application_id: int | None = None
-    agent_id: int | None = None
-
-    @classmethod
-    def from_key(cls, key: ApiKey) -> "Principal":
-        return cls(
-            key_id=key.pk,
-            user_id=key.user_id,
-            team_id=key.team_id,
-            application_id=key.application_id,
-            agent_id=key.agent_id,
-        )
-
-    def scopes(self) -> tuple[Scope, ...]:
-        """The scopes this principal matches, most specific first."""
-        ids = {
-            ScopeType.KEY: self.key_id,
-            ScopeType.AGENT: self.agent_id,
-            ScopeType.USER: self.user_id,
-            ScopeType.TEAM: self.team_id,
-            ScopeType.APPLICATION: self.application_id,
-        }
-        out = [Scope(t, ids[t]) for t in SCOPE_PRECEDENCE if t != ScopeType.GLOBAL and ids[t] is not None]
-        out.append(Scope.global_())
-        return tuple(out)
-
-
 def _target_model(scope_type: str) -> type[models.Model] | None:
-    return {
+    targets: dict[str, type[models.Model]] = {
         ScopeType.TEAM: Team,
         ScopeType.APPLICATION: Application,
         ScopeType.USER: get_user_model(),
         ScopeType.AGENT: Agent,
         ScopeType.KEY: ApiKey,
-    }.get(scope_type)  # type: ignore[return-value]
+    }
+    return targets.get(scope_type)
 
 
-def scope_validate(*, scope_type: str, scope_id: int | None, field: str = "scope") -> Scope:
-    """Return a normalised Scope or raise ValidationFailed naming what is wrong."""
+def scope_validate(*, scope_type: str, scope_id: int | str | None, field: str = "scope") -> Scope:
+    """Return a normalised Scope or raise ValidationFailed naming what is wrong (a form sends the id as text)."""
     if scope_type not in ScopeType.values:
         raise ValidationFailed(
             f"Unknown scope type {scope_type!r}.",
@@ -90,7 +54,7 @@ def scope_validate(*, scope_type: str, scope_id: int | None, field: str = "scope
             f"A {scope_type} scope needs a target.", errors={field: [f"Choose the {scope_type} this applies to."]}
         )
     try:
-        target_id = int(scope_id)  # type: ignore[arg-type]
+        target_id = int(scope_id)
     except (TypeError, ValueError):
         raise ValidationFailed(
             "Scope target id must be an integer.", errors={field: ["Target id must be an integer."]}
@@ -126,6 +90,7 @@ def scope_names(scopes: Iterable[tuple[str, int | None]]) -> dict[tuple[str, int
     for scope_type, ids in wanted.items():
         model = _target_model(scope_type)
         assert model is not None
+        rows: Iterable[tuple[int, str]]
         if scope_type == ScopeType.USER:
             rows = model._default_manager.filter(pk__in=ids).values_list("pk", "username")
         elif scope_type == ScopeType.KEY:
@@ -158,18 +123,6 @@ def scope_choices() -> list[tuple[str, list[tuple[int, str]]]]:
     ]
 
 
-def resolve_most_specific[T](items: Iterable[T], principal: Principal, scope_of: Callable[[T], Scope]) -> T | None:
-    """Pick the item whose scope is the most specific one the principal matches."""
-    rank = {scope: i for i, scope in enumerate(principal.scopes())}
-    best: T | None = None
-    best_rank = len(rank)
-    for item in items:
-        r = rank.get(scope_of(item))
-        if r is not None and r < best_rank:
-            best, best_rank = item, r
-    return best
-
-
 def scopes_overlap(a: Scope, b: Scope) -> bool:
     """Could one caller match both scopes? Decided from the keys that exist."""
     if a.type == ScopeType.GLOBAL or b.type == ScopeType.GLOBAL:
@@ -178,7 +131,7 @@ def scopes_overlap(a: Scope, b: Scope) -> bool:
         return True
     if a.type == b.type:
         return False
-    field = {
+    field: dict[str, str] = {
         ScopeType.KEY: "pk",
         ScopeType.AGENT: "agent_id",
         ScopeType.USER: "user_id",

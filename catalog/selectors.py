@@ -41,25 +41,9 @@ def models_of_provider(*, provider: Provider) -> list[str]:
     return sorted(LlmModel.objects.filter(provider=provider).values_list("name", flat=True))
 
 
-def scope_references(*, scope_type: str, scope_id: int) -> dict[str, list[str]]:
-    """Chains, routing rules and guardrails scoped to one target (a team, application, agent, user or key), by name.
-
-    Scopes store a bare target id (no foreign key), so deleting a target they name would leave them dangling.
-    """
-    from chains.models import FallbackChain
-    from routing.models import Guardrail, RoutingRule
-
-    refs: dict[str, list[str]] = {}
-    for kind, model in (("chains", FallbackChain), ("routing_rules", RoutingRule), ("guardrails", Guardrail)):
-        names = sorted(model.objects.filter(scope_type=scope_type, scope_id=scope_id).values_list("name", flat=True))
-        if names:
-            refs[kind] = names
-    return refs
-
-
 def api_keys_of_user(*, user: AbstractBaseUser) -> list[str]:
     """Every gateway key the user owns, revoked ones included, as "name (prefix…)"."""
-    return [str(key) for key in ApiKey.objects.filter(user=user).order_by("created_at", "id")]
+    return [str(key) for key in ApiKey.objects.filter(user_id=user.pk).order_by("created_at", "id")]
 
 
 def api_keys_usable_count(*, users: Iterable[AbstractBaseUser]) -> int:

@@ -1,6 +1,6 @@
 """Fallback chains API (admin only). Shapes and types are checked here; every rule lives in chains.services."""
 
-from typing import Any
+from typing import Any, cast
 
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
@@ -166,12 +166,13 @@ class ChainUpdateApi(APIView):
             )
         # partial=True skips the required fields inside nested objects too: an entry or a scope that is
         # sent must be complete.
+        raw = cast("dict[str, Any]", request.data)  # the serializer above accepted it: an object
         if "entries" in data:
             data["entries"] = nested_input_validate(
-                ChainEntrySerializer(data=request.data["entries"], many=True), field="entries"
+                ChainEntrySerializer(data=raw["entries"], many=True), field="entries"
             )
         if "scope" in data:
-            data["scope"] = nested_input_validate(ScopeSerializer(data=request.data["scope"]), field="scope")
+            data["scope"] = nested_input_validate(ScopeSerializer(data=raw["scope"]), field="scope")
         merged = {**chain_snapshot(chain), **data}
         chain = chain_update(actor=request.user, chain_id=chain_id, version=data["version"], data=_chain_input(merged))
         return Response(ChainDetailApi.OutputSerializer(chain).data)

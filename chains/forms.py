@@ -47,7 +47,10 @@ class ChainListForm(forms.Form):
     sort = forms.CharField(required=False)
     page = forms.IntegerField(required=False, min_value=1)
     page_size = forms.TypedChoiceField(
-        required=False, choices=[(n, n) for n in PAGE_SIZES], coerce=int, empty_value=DEFAULT_PAGE_SIZE
+        required=False,
+        choices=[(n, n) for n in PAGE_SIZES],
+        coerce=int,
+        empty_value=DEFAULT_PAGE_SIZE,  # type: ignore[arg-type]  # stubs: str | None; Django takes any value
     )
 
     def params(self) -> ListParams:
@@ -153,7 +156,7 @@ class ChainForm(forms.Form):
             source_model=data.get("source_model") or "",
             entries=[EntryInput(model=e.model, provider=e.provider or None) for e in self.entries],
             scope_type=scope_type,
-            scope_id=scope_id,  # type: ignore[arg-type]  # scope_validate reports non-integers
+            scope_id=scope_id,  # scope_validate reports non-integers
             enabled=bool(data.get("enabled")),
         )
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from django.db.models import Prefetch, Q, QuerySet
 
 from catalog.models import LlmModel, Provider
-from catalog.scopes import Principal, Scope, resolve_most_specific, scopes_overlap
+from catalog.scopes import Scope, scopes_overlap
 from chains.models import ChainEntry, FallbackChain
 
 # Sort keys the list accepts (URL value → ORM ordering). "-" prefix = descending.
@@ -45,12 +45,6 @@ def chain_get(*, chain_id: int) -> FallbackChain:
     return _with_entries(FallbackChain.objects.all()).get(pk=chain_id)
 
 
-def chain_for(*, model: str, principal: Principal) -> FallbackChain | None:
-    """The most specific enabled chain for `model` that applies to `principal`."""
-    candidates = _with_entries(FallbackChain.objects.filter(source_model__name=model, enabled=True))
-    return resolve_most_specific(candidates, principal, lambda c: Scope(c.scope_type, c.scope_id))
-
-
 def chains_referencing_model(*, model: LlmModel) -> list[str]:
     names = FallbackChain.objects.filter(Q(source_model=model) | Q(entries__model=model)).distinct()
     return sorted(names.values_list("name", flat=True))
@@ -63,13 +57,20 @@ def chains_referencing_provider(*, provider: Provider) -> list[str]:
     return sorted(qs.values_list("name", flat=True))
 
 
+def chains_referencing_scope(*, scope_type: str, scope_id: int) -> list[str]:
+    """Names of the chains scoped to one target (a team, application, agent, user or key)."""
+    qs = FallbackChain.objects.filter(scope_type=scope_type, scope_id=scope_id)
+    return sorted(qs.values_list("name", flat=True))
+
+
 def chain_snapshot(chain: FallbackChain) -> dict[str, object]:
     """The chain as plain data: what audit events record and the API returns."""
     return {
         "name": chain.name,
         "source_model": chain.source_model.name,
         "entries": [
-            {"model": e.model.name, "provider": e.provider.name if e.provider_id else None} for e in chain.entries.all()
+            {"model": e.model.name, "provider": e.provider.name if e.provider is not None else None}
+            for e in chain.entries.all()
         ],
         "scope": {"type": chain.scope_type, "id": chain.scope_id},
         "enabled": chain.enabled,

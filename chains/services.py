@@ -1,9 +1,9 @@
 """Writes of fallback chains. Each service is one transaction and writes its audit event inside it."""
 
 from dataclasses import dataclass
-from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -14,10 +14,15 @@ from catalog.scopes import Scope, scope_validate
 from chains.models import MAX_ENTRIES, ChainEntry, FallbackChain
 from chains.selectors import chain_get, chain_snapshot
 from core.configbus import config_publish
+from core.db import write_unique
 from core.errors import ConflictError, ValidationFailed
+from core.types import Actor
+from core.validation import FieldErrors
 from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
 
 NAME_MAX = 200
+
+User = get_user_model()
 
 
 @dataclass(frozen=True)
@@ -47,18 +52,15 @@ class _Resolved:
 
 def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
     """Validate every rule and collect all field errors before raising."""
-    errors: dict[str, list[str]] = {}
-
-    def err(field: str, message: str) -> None:
-        errors.setdefault(field, []).append(message)
+    errors = FieldErrors()
 
     name = (data.name or "").strip()
     if not name:
-        err("name", "Name is required and cannot be only whitespace.")
+        errors.add("name", "Name is required and cannot be only whitespace.")
     elif has_control_characters(name):
-        err("name", CONTROL_CHARACTERS_MESSAGE)
+        errors.add("name", CONTROL_CHARACTERS_MESSAGE)
     elif len(name) > NAME_MAX:
-        err("name", f"Name is at most {NAME_MAX} characters.")
+        errors.add("name", f"Name is at most {NAME_MAX} characters.")
 
     source_name = (data.source_model or "").strip()
     models_by_name = {
@@ -69,17 +71,17 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
     }
     source = models_by_name.get(source_name)
     if not source_name:
-        err("source_model", "Source model is required and cannot be only whitespace.")
+        errors.add("source_model", "Source model is required and cannot be only whitespace.")
     elif source is None:
-        err("source_model", f"Unknown model “{source_name}”.")
+        errors.add("source_model", f"Unknown model “{source_name}”.")
 
     provider_names = {(e.provider or "").strip() for e in data.entries if (e.provider or "").strip()}
     providers = {p.name: p for p in Provider.objects.filter(name__in=provider_names)}
 
     if not data.entries:
-        err("entries", "A chain needs at least one entry.")
+        errors.add("entries", "A chain needs at least one entry.")
     elif len(data.entries) > MAX_ENTRIES:
-        err("entries", f"A chain has at most {MAX_ENTRIES} entries (got {len(data.entries)}).")
+        errors.add("entries", f"A chain has at most {MAX_ENTRIES} entries (got {len(data.entries)}).")
 
     resolved_entries: list[tuple[LlmModel, Provider | None]] = []
     seen: dict[tuple[str, str], int] = {}
@@ -90,24 +92,26 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
         model = models_by_name.get(model_name)
         provider = providers.get(provider_name) if provider_name else None
         if not model_name:
-            err(f"{field}.model", f"Entry {i + 1}: model is required and cannot be only whitespace.")
+            errors.add(f"{field}.model", f"Entry {i + 1}: model is required and cannot be only whitespace.")
             continue
         if model is None:
-            err(f"{field}.model", f"Entry {i + 1}: unknown model “{model_name}”.")
+            errors.add(f"{field}.model", f"Entry {i + 1}: unknown model “{model_name}”.")
             continue
         if provider_name and provider is None:
-            err(f"{field}.provider", f"Entry {i + 1}: unknown provider “{provider_name}”.")
+            errors.add(f"{field}.provider", f"Entry {i + 1}: unknown provider “{provider_name}”.")
             continue
         served_by = provider or model.provider
         if source is not None and model.pk == source.pk and served_by.pk == source.provider_id:
-            err(
+            errors.add(
                 f"{field}.model",
                 f"Entry {i + 1}: {model_name} is the source model; a chain cannot fall back to itself.",
             )
             continue
         key = (model.name, served_by.name)
         if key in seen:
-            err(f"{field}.model", f"Entry {i + 1} repeats entry {seen[key] + 1} ({model.name} via {served_by.name}).")
+            errors.add(
+                f"{field}.model", f"Entry {i + 1} repeats entry {seen[key] + 1} ({model.name} via {served_by.name})."
+            )
             continue
         seen[key] = i
         resolved_entries.append((model, provider))
@@ -116,8 +120,7 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
     try:
         scope = scope_validate(scope_type=data.scope_type, scope_id=data.scope_id)
     except ValidationFailed as exc:
-        for field, messages in exc.errors.items():
-            errors.setdefault(field, []).extend(messages)
+        errors.extend(exc.errors)
 
     if source is not None and scope is not None:
         clash = FallbackChain.objects.filter(source_model=source, scope_type=scope.type, scope_id=scope.id)
@@ -125,11 +128,9 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
             clash = clash.exclude(pk=exclude_chain_id)
         other = clash.values_list("name", flat=True).first()
         if other is not None:
-            err("source_model", f"Chain “{other}” already covers {source.name} in this scope; edit it instead.")
+            errors.add("source_model", f"Chain “{other}” already covers {source.name} in this scope; edit it instead.")
 
-    if errors:
-        first = next(iter(errors.values()))[0]
-        raise ValidationFailed(first, errors=errors)
+    errors.raise_if_any()
     assert source is not None and scope is not None
     return _Resolved(name=name, source=source, entries=resolved_entries, scope=scope, enabled=bool(data.enabled))
 
@@ -142,30 +143,26 @@ def _write_entries(chain: FallbackChain, entries: list[tuple[LlmModel, Provider 
     )
 
 
-def _unique_violation(exc: IntegrityError) -> ValidationFailed:
-    # Two concurrent creates passed validation; the database constraint caught the second.
-    return ValidationFailed(
-        "Another chain already covers this source model in this scope.",
-        errors={"source_model": ["Another chain already covers this source model in this scope."]},
-    )
+# Two concurrent writes passed validation; the database constraint caught the second.
+_CHAIN_TAKEN = "Another chain already covers this source model in this scope."
 
 
 @transaction.atomic
-def chain_create(*, actor: Any, data: ChainInput) -> FallbackChain:
+def chain_create(*, actor: Actor, data: ChainInput) -> FallbackChain:
     """Create a chain with its entries and audit it."""
     r = _resolve(data, exclude_chain_id=None)
-    try:
-        with transaction.atomic():
-            chain = FallbackChain.objects.create(
-                name=r.name,
-                source_model=r.source,
-                scope_type=r.scope.type,
-                scope_id=r.scope.id,
-                enabled=r.enabled,
-                created_by=actor if getattr(actor, "is_authenticated", False) else None,
-            )
-    except IntegrityError as exc:
-        raise _unique_violation(exc) from None
+    chain = write_unique(
+        lambda: FallbackChain.objects.create(
+            name=r.name,
+            source_model=r.source,
+            scope_type=r.scope.type,
+            scope_id=r.scope.id,
+            enabled=r.enabled,
+            created_by=actor if isinstance(actor, User) else None,  # None: created by the system
+        ),
+        field="source_model",
+        message=_CHAIN_TAKEN,
+    )
     _write_entries(chain, r.entries)
     chain = chain_get(chain_id=chain.pk)
     audit_record(
@@ -209,7 +206,7 @@ def _resolved_snapshot(r: _Resolved) -> dict[str, object]:
 
 
 @transaction.atomic
-def chain_update(*, actor: Any, chain_id: int, version: int, data: ChainInput) -> FallbackChain:
+def chain_update(*, actor: Actor, chain_id: int, version: int, data: ChainInput) -> FallbackChain:
     """Replace a chain's fields and entries if `version` is current; audit the changed fields.
 
     An update that changes nothing keeps the version and writes no audit event.
@@ -222,19 +219,19 @@ def chain_update(*, actor: Any, chain_id: int, version: int, data: ChainInput) -
     if _resolved_snapshot(r) == before:
         # Nothing changed: keep the version, so other editors holding it get no spurious conflict.
         return chain_get(chain_id=locked.pk)
-    try:
-        with transaction.atomic():
-            FallbackChain.objects.filter(pk=locked.pk).update(
-                name=r.name,
-                source_model=r.source,
-                scope_type=r.scope.type,
-                scope_id=r.scope.id,
-                enabled=r.enabled,
-                version=F("version") + 1,
-                updated_at=timezone.now(),
-            )
-    except IntegrityError as exc:
-        raise _unique_violation(exc) from None
+    write_unique(
+        lambda: FallbackChain.objects.filter(pk=locked.pk).update(
+            name=r.name,
+            source_model=r.source,
+            scope_type=r.scope.type,
+            scope_id=r.scope.id,
+            enabled=r.enabled,
+            version=F("version") + 1,
+            updated_at=timezone.now(),
+        ),
+        field="source_model",
+        message=_CHAIN_TAKEN,
+    )
     chain = chain_get(chain_id=locked.pk)
     _write_entries(chain, r.entries)
     chain = chain_get(chain_id=locked.pk)
@@ -252,7 +249,7 @@ def chain_update(*, actor: Any, chain_id: int, version: int, data: ChainInput) -
 
 
 @transaction.atomic
-def chain_set_enabled(*, actor: Any, chain_id: int, enabled: bool, version: int | None = None) -> FallbackChain:
+def chain_set_enabled(*, actor: Actor, chain_id: int, enabled: bool, version: int | None = None) -> FallbackChain:
     """Enable or disable a chain and audit the change (no event when nothing changes)."""
     locked = _lock(chain_id, version)
     if locked.enabled != enabled:
@@ -273,7 +270,7 @@ def chain_set_enabled(*, actor: Any, chain_id: int, enabled: bool, version: int 
 
 
 @transaction.atomic
-def chain_delete(*, actor: Any, chain_id: int, version: int | None = None) -> None:
+def chain_delete(*, actor: Actor, chain_id: int, version: int | None = None) -> None:
     """Delete a chain; the audit event keeps a full snapshot."""
     locked = _lock(chain_id, version)
     snapshot = chain_snapshot(chain_get(chain_id=locked.pk))
@@ -284,7 +281,7 @@ def chain_delete(*, actor: Any, chain_id: int, version: int | None = None) -> No
         action="chain.delete",
         object_type="chain",
         object_id=chain_id,
-        object_repr=snapshot["name"],  # type: ignore[arg-type]
+        object_repr=str(snapshot["name"]),
         before=snapshot,
     )
     transaction.on_commit(config_publish)

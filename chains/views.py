@@ -11,7 +11,6 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.middleware import HtmxDetails
 
 from catalog.enums import Capability, ScopeType
 from catalog.models import LlmModel
@@ -37,14 +36,11 @@ from chains.selectors import (
     cost_ratio,
 )
 from chains.services import chain_create, chain_delete, chain_set_enabled, chain_update
-from core.templatetags.console_tags import query
 from core.errors import ConflictError, ValidationFailed
+from core.htmx import HtmxRequest, wants_partial
 from core.permissions import role_required
 from core.roles import Role
-
-
-class HtmxRequest(HttpRequest):
-    htmx: HtmxDetails
+from core.templatetags.console_tags import query
 
 
 def _get_chain(chain_id: int) -> FallbackChain:
@@ -52,11 +48,6 @@ def _get_chain(chain_id: int) -> FallbackChain:
         return chain_get(chain_id=chain_id)
     except FallbackChain.DoesNotExist:
         raise Http404("No such chain.") from None
-
-
-def _wants_partial(request: HtmxRequest) -> bool:
-    # A history restore after a cache miss needs the whole page, HX-Request or not.
-    return bool(request.htmx) and not request.htmx.history_restore_request
 
 
 # ---------- List ----------
@@ -145,14 +136,14 @@ def _list_context(params: ListParams) -> dict[str, Any]:
 def chain_list_view(request: HtmxRequest) -> HttpResponse:
     context = _list_context(list_params(request.GET))
     template = "chains/list.html"
-    if _wants_partial(request):
+    if wants_partial(request):
         if request.htmx.target == "fallback-page":
             template += "#fallback-page"
         else:
             template += "#chain-table"
             context["oob"] = True
     response = render(request, template, context)
-    if _wants_partial(request):
+    if wants_partial(request):
         # The canonical address of what is shown (no empty or default parameters).
         response["HX-Push-Url"] = context["list_url"] + query(context["query"])
     return response
@@ -254,6 +245,7 @@ def _warnings(form: ChainForm, models: dict[str, LlmModel]) -> list[ChainWarning
         return []
     scope_type = form.value("scope_type") or ScopeType.GLOBAL
     scope_id = None if scope_type == ScopeType.GLOBAL else form.value("scope_id") or None
+    scope: Scope | None
     try:
         scope = scope_validate(scope_type=scope_type, scope_id=scope_id)
     except ValidationFailed:
@@ -306,7 +298,8 @@ def _initial_for(chain: FallbackChain) -> tuple[dict[str, Any], list[EntryRow]]:
         "version": chain.version,
     }
     entries = [
-        EntryRow(model=e.model.name, provider=e.provider.name if e.provider_id else "") for e in chain.entries.all()
+        EntryRow(model=e.model.name, provider=e.provider.name if e.provider is not None else "")
+        for e in chain.entries.all()
     ]
     return initial, entries
 
@@ -328,7 +321,7 @@ def _editor(request: HtmxRequest, chain: FallbackChain | None) -> HttpResponse:
         form = ChainForm(request.POST, entries=entries_apply_op(entries, op))
         form.is_valid()
         form.errors.clear()
-        if _wants_partial(request):
+        if wants_partial(request):
             template += "#chain-form"
         return render(request, template, _editor_context(request, form, chain))
 

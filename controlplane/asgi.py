@@ -36,7 +36,7 @@ class EmbeddedRouter:
 
 
 def _application() -> Any:
-    if settings.EMBEDDED and getattr(settings, "EMBEDDED_GATEWAY", True):
+    if settings.EMBEDDED:
         from gateway.app import GatewayApp
         from gateway.bodies import BodyLimits
         from gateway.config import ConfigHolder

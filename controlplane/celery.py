@@ -43,6 +43,7 @@ def refuse_to_start_on_check_errors(**kwargs: Any) -> None:
             call_command("check")
     except SystemCheckError as exc:
         # The real stderr: by beat_init Celery may have swapped sys.stderr for a logging proxy.
-        sys.__stderr__.write(f"{exc}\n")
-        sys.__stderr__.flush()
+        stderr = sys.__stderr__ or sys.stderr
+        stderr.write(f"{exc}\n")
+        stderr.flush()
         raise SystemExit(1) from None

@@ -75,6 +75,7 @@ INSTALLED_APPS = [
     "health",
     "gateway",
     "requestlogs",
+    "demo",
 ]
 
 if GATEWAY_PROCESS:
@@ -92,6 +93,7 @@ if GATEWAY_PROCESS:
                 "rest_framework",
                 "drf_spectacular",
                 "access",
+                "demo",
             )
         )
     ]

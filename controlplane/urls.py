@@ -12,10 +12,12 @@ from core import views
 from core.permissions import IsAdminRole
 from health import api_urls as health_api
 from requestlogs import api_urls as requestlogs_api
+from routing import api_urls as routing_api
 
 api_urlpatterns = [
     *chains_api.api_urlpatterns,
     *catalog_api.api_urlpatterns,
+    *routing_api.api_urlpatterns,
     *audit_api.api_urlpatterns,
     *health_api.api_urlpatterns,
     *requestlogs_api.api_urlpatterns,

@@ -95,7 +95,7 @@ def _validated(serializer: serializers.BaseSerializer, *, prefix: str) -> Any:
 def paginated_response(*, request: Request, view: APIView, queryset: Any, serializer_class: type) -> Response:
     """One page of `queryset` with count, next and previous (`?page=`, `?page_size=` up to 100)."""
     paginator = StandardPagination()
-    page = paginator.paginate_queryset(queryset, request, view=view)
+    page: list[Any] | None = paginator.paginate_queryset(queryset, request, view=view)
     return paginator.get_paginated_response(serializer_class(page, many=True).data)
 
 
@@ -105,8 +105,11 @@ def api_endpoint(*operations: type[APIView]) -> Callable[..., Any]:
     The combined class only routes methods; operations name their own nested serializers by class
     (`ChainCreateApi.InputSerializer`), because `self.InputSerializer` would find the first operation's.
     """
-    combined = type("".join(op.__name__ for op in operations), operations, {"__doc__": operations[0].__doc__})
-    return combined.as_view()
+    combined: type[APIView] = type(
+        "".join(op.__name__ for op in operations), operations, {"__doc__": operations[0].__doc__}
+    )
+    view: Callable[..., Any] = combined.as_view()
+    return view
 
 
 class StrictBooleanField(serializers.BooleanField):

@@ -6,13 +6,10 @@ caller gets the same field error a sequential write would have given, never a 50
 """
 
 from collections.abc import Callable
-from typing import TypeVar
 
 from django.db import IntegrityError, models, transaction
 
 from core.errors import ValidationFailed
-
-M = TypeVar("M", bound=models.Model)
 
 
 def unique_violation(field: str, message: str) -> ValidationFailed:
@@ -20,9 +17,10 @@ def unique_violation(field: str, message: str) -> ValidationFailed:
     return ValidationFailed(message, errors={field: [message]})
 
 
-def save_unique(obj: M, *, field: str, message: str) -> M:
+def save_unique[M: models.Model](obj: M, *, field: str, message: str) -> M:
     """Save `obj` in a savepoint; a unique-constraint failure becomes ValidationFailed on `field`."""
-    return write_unique(obj.save, field=field, message=message) or obj
+    write_unique(obj.save, field=field, message=message)
+    return obj
 
 
 def write_unique[T](write: Callable[[], T], *, field: str, message: str) -> T:

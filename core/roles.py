@@ -18,13 +18,14 @@ def user_roles(user: AbstractBaseUser | AnonymousUser) -> frozenset[str]:
     """Role names of a user, cached on the instance for the request."""
     if not user.is_authenticated:
         return frozenset()
-    cached = getattr(user, "_cp_roles", None)
+    cached: frozenset[str] | None = getattr(user, "_cp_roles", None)
     if cached is None:
-        names = set(user.groups.values_list("name", flat=True))  # type: ignore[attr-defined]
+        names = set(user.groups.values_list("name", flat=True))  # type: ignore[attr-defined]  # auth.User has groups
         if getattr(user, "is_superuser", False):
             names.add(Role.ADMIN)  # a superuser can do everything an admin can
         cached = frozenset(names)
-        user._cp_roles = cached  # type: ignore[union-attr]
+        # Cached on the instance: a request asks several times (menu, view, template).
+        setattr(user, "_cp_roles", cached)  # noqa: B010
     return cached
 
 

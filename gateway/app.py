@@ -1,8 +1,9 @@
 """The data plane: a lean ASGI app serving /v1/chat/completions, /v1/models, /healthz, /readyz, /metrics.
 
 Request path: auth (key hash -> snapshot) -> guardrails -> routing rule -> alias ->
-breaker decision and fallback -> upstream (httpx) -> outcome to the breaker ->
-response with attribution headers -> one log record. No database, no templates.
+breaker decision and fallback -> upstream (over gateway.upstream's own HTTP/1.1 transport) ->
+outcome to the breaker -> response with attribution headers -> one log record. No database,
+no templates.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import hashlib
 import logging
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -440,7 +442,7 @@ class GatewayApp:
         except BodyError as exc:
             raise _Reject(400, exc.message, code=exc.code, param=exc.param) from None
 
-    async def _in_thread(self, fn: Any, *args: Any) -> Any:
+    async def _in_thread[T, *Ts](self, fn: Callable[[*Ts], T], *args: *Ts) -> T:
         """Run `fn` in a worker thread, one at a time, so the event loop never waits on two (orjson holds the GIL)."""
         if self._parse_lock is None:
             self._parse_lock = asyncio.Lock()
@@ -528,7 +530,7 @@ class GatewayApp:
             nonlocal reported
             if not reported:
                 reported = True
-                self._record(decision, outcome)
+                self._report_outcome(decision, outcome)
 
         try:
             await self._attempt_inner(call, snap, send, target, report, step=step)
@@ -694,7 +696,8 @@ class GatewayApp:
             headers.append((b"x-vidai-fallback-from", call.route.primary.provider.encode()))
         return headers
 
-    def _record(self, decision: Decision | None, outcome: Outcome) -> None:
+    def _report_outcome(self, decision: Decision | None, outcome: Outcome) -> None:
+        """Tell the breaker how the call it allowed went (no decision: the circuit was not consulted)."""
         if decision is not None:
             self.engine.record(decision, outcome)
 
@@ -741,11 +744,12 @@ class GatewayApp:
             return
         call.logged = True
         try:
-            self.sink.add(self._record_of(call))
+            self.sink.add(self._log_record(call))
         except Exception:
             log.exception("gateway: could not build the log record of %s", call.request_id)
 
-    def _record_of(self, call: _Call) -> dict[str, Any]:
+    def _log_record(self, call: _Call) -> dict[str, Any]:
+        """The request-log record of one call, as the sink ships it."""
         route, key, served = call.route, call.key, call.served
         cost = None
         snap = self.config.current

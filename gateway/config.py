@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from django.db import connections
 
@@ -63,8 +64,8 @@ class ConfigHolder:
         for thread in self._threads:
             thread.join(timeout=2)
 
-    def _spawn(self, target: object, name: str) -> None:
-        thread = threading.Thread(target=target, name=name, daemon=True)  # type: ignore[arg-type]
+    def _spawn(self, target: Callable[[], object], name: str) -> None:
+        thread = threading.Thread(target=target, name=name, daemon=True)
         thread.start()
         self._threads.append(thread)
 

@@ -20,60 +20,27 @@ import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from requestlogs.stream import DEAD_LETTER_MAXLEN, DEFAULT_MAXLEN, RECORD_FIELD, STREAM_KEY, StreamKeys
+
 log = logging.getLogger(__name__)
-
-STREAM_KEY = "cp:requestlogs"
-DEFAULT_MAXLEN = 1_000_000  # about 730 bytes an entry in Redis: ~0.7 GiB at the cap
-# The dead-letter stream keeps the newest entries for inspection (approximately; every entry is also logged and
-# counted in `<stream>:dead_lettered`), so a flood of bad records cannot fill Redis either.
-DEAD_LETTER_MAXLEN = 100_000
-
-
-@dataclass(frozen=True)
-class StreamKeys:
-    """The Redis keys of one request-log stream and its counters."""
-
-    stream: str
-
-    @property
-    def trimmed(self) -> str:  # entries the length cap removed before they were ingested
-        return f"{self.stream}:trimmed"
-
-    @property
-    def dropped(self) -> str:  # records gateways dropped because their buffer was full
-        return f"{self.stream}:dropped"
-
-    @property
-    def lost_since(self) -> str:  # unix time of the first loss counted in either
-        return f"{self.stream}:lost_since"
-
-    @property
-    def dead(self) -> str:  # dead-letter stream: records that cannot be decoded or stored
-        return f"{self.stream}:dead"
-
-    @property
-    def dead_lettered(self) -> str:
-        return f"{self.stream}:dead_lettered"
-
 
 # Appends a batch under the cap and counts, in the same atomic step, what the cap trimmed: every entry
 # still in the stream is not yet acknowledged (ingest deletes what it committed), so XLEN before + added
 # - XLEN after is exactly the number of entries lost, or one too many per entry trimmed between its
 # commit and its acknowledgement (a conservative count). The sink's own buffer drops ride along.
 # KEYS: stream, trimmed, dropped, lost_since. ARGV: maxlen (0 = no cap), now, dropped delta, records...
-_APPEND_SCRIPT = """
+_APPEND_SCRIPT = f"""
 local before = redis.call('XLEN', KEYS[1])
 for i = 4, #ARGV do
   if ARGV[1] == '0' then
-    redis.call('XADD', KEYS[1], '*', 'r', ARGV[i])
+    redis.call('XADD', KEYS[1], '*', '{RECORD_FIELD}', ARGV[i])
   else
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', 'r', ARGV[i])
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', '{RECORD_FIELD}', ARGV[i])
   end
 end
 local trimmed = before + (#ARGV - 3) - redis.call('XLEN', KEYS[1])

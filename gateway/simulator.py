@@ -83,7 +83,9 @@ class Behaviour:
             raise ValueError(f"unknown fields: {', '.join(sorted(unknown))}")
         if "mode" in data and data["mode"] not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
-        clean = {k: (v if k == "mode" else (int(v) if known[k] in (int, "int") else float(v))) for k, v in data.items()}
+        clean: dict[str, Any] = {
+            k: (v if k == "mode" else (int(v) if known[k] in (int, "int") else float(v))) for k, v in data.items()
+        }
         return replace(self, **clean)
 
 

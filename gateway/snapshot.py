@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-ScopeKey = tuple[str, int | None]
-GLOBAL: ScopeKey = ("global", None)
+from routing.resolution import Denied, NotFound, ScopeKey, principal_scopes, resolve_route
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +29,7 @@ class KeyInfo:
     team_id: int | None
     application_id: int | None
     agent_id: int | None
-    # Most specific first: key > agent > user > team > application > global.
+    # Most specific first (routing.resolution.principal_scopes): key > agent > user > team > application > global.
     scopes: tuple[ScopeKey, ...]
 
 
@@ -99,19 +98,6 @@ class Refusal:
     kind: str = "invalid_request_error"
 
 
-def principal_scopes(
-    *, key_id: int, user_id: int, team_id: int | None, application_id: int | None, agent_id: int | None
-) -> tuple[ScopeKey, ...]:
-    ordered: list[tuple[str, int | None]] = [
-        ("key", key_id),
-        ("agent", agent_id),
-        ("user", user_id),
-        ("team", team_id),
-        ("application", application_id),
-    ]
-    return (*((t, i) for t, i in ordered if i is not None), GLOBAL)
-
-
 @dataclass(frozen=True)
 class Snapshot:
     version: int
@@ -128,7 +114,7 @@ class Snapshot:
     _routes: dict[tuple[int, str], Route | Refusal] = field(default_factory=dict, compare=False, repr=False)
 
     def resolve(self, key: KeyInfo, requested: str) -> Route | Refusal:
-        """guardrails -> routing rule -> alias -> chain lookup, for this key's scopes. O(scopes) dict reads."""
+        """guardrails -> routing rule -> alias -> rule -> chain (routing.resolution), memoised per (key, model)."""
         memo = (key.id, requested)
         found = self._routes.get(memo)
         if found is None:
@@ -140,58 +126,28 @@ class Snapshot:
         return found
 
     def _resolve(self, key: KeyInfo, requested: str) -> Route | Refusal:
-        model = requested
-        for scope_type, scope_id in key.scopes:
-            guard = self.guardrails.get((model, scope_type, scope_id)) or self.guardrails.get(
-                (None, scope_type, scope_id)
+        """The routing rule (routing.resolution) over this snapshot, in the gateway's terms."""
+        found = resolve_route(self, key.scopes, requested)
+        if isinstance(found, Denied):
+            guard = found.guardrail
+            return Refusal(
+                403,
+                f"Refused by guardrail “{guard.name}”: {guard.message}",
+                "guardrail_refused",
+                "permission_error",
             )
-            if guard is not None:
-                if guard.action == "deny":
-                    return Refusal(
-                        403,
-                        f"Refused by guardrail “{guard.name}”: {guard.message}",
-                        "guardrail_refused",
-                        "permission_error",
-                    )
-                model = guard.target_model or model
-                break
-        model = self._rule(key, model)
-        aliased = self.aliases.get(model)
-        if aliased is not None:
-            # A rule may target the alias's model too: apply rules once more after expanding it.
-            model = self._rule(key, aliased)
-        if model != requested:
-            # A deny on a concrete model also holds when it is reached through an alias or a rule.
-            for scope_type, scope_id in key.scopes:
-                guard = self.guardrails.get((model, scope_type, scope_id))
-                if guard is not None:
-                    if guard.action == "deny":
-                        return Refusal(
-                            403,
-                            f"Refused by guardrail “{guard.name}”: {guard.message}",
-                            "guardrail_refused",
-                            "permission_error",
-                        )
-                    break
-        info = self.models.get(model)
-        if info is None:
+        if isinstance(found, NotFound):
             shown = requested if len(requested) <= 80 else requested[:80] + "…"
             return Refusal(
                 404, f"The model `{shown}` does not exist or you do not have access to it.", "model_not_found"
             )
-        chain = None
-        for scope_type, scope_id in key.scopes:
-            chain = self.chains.get((model, scope_type, scope_id))
-            if chain is not None:
-                break
-        return Route(requested_model=requested, routed_model=model, primary=Target(info.provider, model), chain=chain)
-
-    def _rule(self, key: KeyInfo, model: str) -> str:
-        for scope_type, scope_id in key.scopes:
-            target = self.rules.get((model, scope_type, scope_id))
-            if target is not None:
-                return target
-        return model
+        model = found.model
+        return Route(
+            requested_model=requested,
+            routed_model=model,
+            primary=Target(self.models[model].provider, model),
+            chain=found.chain,
+        )
 
     def models_for(self, key: KeyInfo) -> list[str]:
         """Names this key may ask for: catalog models and aliases not refused by a guardrail."""
@@ -262,8 +218,10 @@ def _snapshot_read(version: int) -> Snapshot:
     guardrails: dict[tuple[str | None, str, int | None], GuardrailInfo] = {}
     for g in Guardrail.objects.filter(enabled=True).select_related("model", "target_model").order_by("id"):
         guardrails.setdefault(
-            (g.model.name if g.model_id else None, g.scope_type, g.scope_id),
-            GuardrailInfo(g.pk, g.name, g.action, g.target_model.name if g.target_model_id else None, g.message),
+            (g.model.name if g.model is not None else None, g.scope_type, g.scope_id),
+            GuardrailInfo(
+                g.pk, g.name, g.action, g.target_model.name if g.target_model is not None else None, g.message
+            ),
         )
     chains = {}
     for c in (

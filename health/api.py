@@ -1,33 +1,138 @@
 """Breaker API: circuits, reset, global thresholds and per-circuit overrides. Admin only (the default).
 
-Input validation lives in the services so the console and the API give the same per-field messages;
-the input serializers here document the bodies in the OpenAPI schema and are not used to validate.
+The input serializers check shapes and types; every rule (ranges, the cooldown cap, known providers
+and models) lives in health.services. The console sends the same fields as typed strings and the
+services parse them, so the serializers refuse a value with the services' own message and otherwise
+pass it on as sent: the console and the API give the same per-field messages.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
+from rest_framework.fields import empty
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from core.errors import ValidationFailed
+from core.api import input_validate
 from health.selectors import (
+    CONFIG_FIELDS,
     breaker_config_get,
     breaker_override_get,
     circuit_get,
     circuit_list,
     circuits_local_only,
 )
-from health.services import breaker_config_update, breaker_override_delete, breaker_override_set, circuit_reset
+from health.services import (
+    CODES_SHAPE_MESSAGE,
+    breaker_config_update,
+    breaker_override_delete,
+    breaker_override_set,
+    circuit_reset,
+    code_items,
+    is_blank,
+    not_a_code_message,
+    not_whole_number_message,
+    unknown_field_message,
+    whole_number,
+)
+
+NOT_AN_OBJECT = "Send a JSON object."
 
 
-def _body(request: Request) -> dict[str, Any]:
-    if not isinstance(request.data, dict):
-        raise ValidationFailed("Send a JSON object.", errors={"__all__": ["Send a JSON object."]})
-    return dict(request.data)
+# The bases' notes are comments, not docstrings: the schema would show a docstring as every input's description.
+class _ObjectSerializer(serializers.Serializer):
+    # The body must be a JSON object (a JSON null too is refused with that message, not DRF's own).
+    default_error_messages = {"invalid": NOT_AN_OBJECT}
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is None:
+            raise serializers.ValidationError({api_settings.NON_FIELD_ERRORS_KEY: [NOT_AN_OBJECT]}, code="invalid")
+        return super().validate_empty_values(data)
+
+
+class _ThresholdsSerializer(_ObjectSerializer):
+    # Threshold fields; other keys (but `ignored`) are refused with the services' message, with the field errors.
+    ignored: tuple[str, ...] = ()
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        unknown: dict[str, list[str]] = {}
+        if isinstance(data, Mapping):
+            unknown = {
+                str(key): [unknown_field_message(key, CONFIG_FIELDS)]
+                for key in data
+                if key not in CONFIG_FIELDS and key not in self.ignored
+            }
+        try:
+            value: dict[str, Any] = super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            if unknown and isinstance(exc.detail, dict):
+                raise serializers.ValidationError({**unknown, **exc.detail}) from None
+            raise
+        if unknown:
+            raise serializers.ValidationError(unknown)
+        return value
+
+
+class _NameField(serializers.CharField):
+    """Text. Missing, null or not text reads as empty, which the service refuses as "… is required."."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_blank=True, trim_whitespace=False, **kwargs)
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is empty or data is None:
+            return True, ""
+        return super().validate_empty_values(data)
+
+    def to_internal_value(self, data: Any) -> str:
+        return data if isinstance(data, str) else ""
+
+
+class _WholeNumberField(serializers.IntegerField):
+    """An int or a string of digits, passed on as sent. Null or empty also passes: the service calls it
+    required (global thresholds) or inherited (an override)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(required=False, **kwargs)
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is None:
+            return True, None
+        return super().validate_empty_values(data)
+
+    def to_internal_value(self, data: Any) -> Any:
+        if not is_blank(data) and whole_number(data) is None:
+            raise serializers.ValidationError(not_whole_number_message(self.field_name or "", data))
+        return data
+
+
+class _StatusCodesField(serializers.ListField):
+    """A list of whole numbers (or a string of them, as the console sends), passed on as sent; null passes."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(child=serializers.IntegerField(), required=False, **kwargs)
+
+    def get_value(self, dictionary: Mapping[str, Any]) -> Any:
+        return dictionary.get(self.field_name or "", empty)
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is None:
+            return True, None
+        return super().validate_empty_values(data)
+
+    def to_internal_value(self, data: Any) -> Any:
+        items = code_items(data)
+        if items is None:
+            raise serializers.ValidationError(CODES_SHAPE_MESSAGE)
+        wrong = [not_a_code_message(item) for item in items if whole_number(item) is None]
+        if wrong:
+            raise serializers.ValidationError(wrong)
+        return data
 
 
 class CircuitOutputSerializer(serializers.Serializer):
@@ -95,9 +200,9 @@ class CircuitListApi(APIView):
 class CircuitResetApi(APIView):
     """POST {"provider", "model"}: close the circuit now (audited). Replies with the circuit after reset."""
 
-    class InputSerializer(serializers.Serializer):
-        provider = serializers.CharField()
-        model = serializers.CharField()
+    class InputSerializer(_ObjectSerializer):
+        provider = _NameField()
+        model = _NameField()
 
         class Meta:
             ref_name = "CircuitResetInput"
@@ -111,8 +216,8 @@ class CircuitResetApi(APIView):
 
     @extend_schema(operation_id="circuit_reset", request=InputSerializer, responses=OutputSerializer)
     def post(self, request: Request) -> Response:
-        body = _body(request)
-        before = circuit_reset(actor=request.user, provider=body.get("provider"), model=body.get("model"))
+        data = input_validate(CircuitResetApi.InputSerializer(data=request.data))
+        before = circuit_reset(actor=request.user, provider=data["provider"], model=data["model"])
         after = circuit_get(provider=before.provider, model=before.model)
         return Response(CircuitResetApi.OutputSerializer({"circuit": after, "previous": before}).data)
 
@@ -120,13 +225,13 @@ class CircuitResetApi(APIView):
 class BreakerConfigApi(APIView):
     """GET the global thresholds; PUT new values (fields left out keep theirs)."""
 
-    class InputSerializer(serializers.Serializer):
-        failure_threshold = serializers.IntegerField(required=False)
-        window_seconds = serializers.IntegerField(required=False)
-        minimum_requests = serializers.IntegerField(required=False)
-        initial_cooldown_seconds = serializers.IntegerField(required=False)
-        cooldown_cap_seconds = serializers.IntegerField(required=False)
-        failure_status_codes = serializers.ListField(child=serializers.IntegerField(), required=False)
+    class InputSerializer(_ThresholdsSerializer):
+        failure_threshold = _WholeNumberField()
+        window_seconds = _WholeNumberField()
+        minimum_requests = _WholeNumberField()
+        initial_cooldown_seconds = _WholeNumberField()
+        cooldown_cap_seconds = _WholeNumberField()
+        failure_status_codes = _StatusCodesField()
 
         class Meta:
             ref_name = "BreakerConfigInput"
@@ -148,7 +253,8 @@ class BreakerConfigApi(APIView):
 
     @extend_schema(operation_id="breaker_config_update", request=InputSerializer, responses=OutputSerializer)
     def put(self, request: Request) -> Response:
-        values = breaker_config_update(actor=request.user, data=_body(request))
+        data = input_validate(BreakerConfigApi.InputSerializer(data=request.data))
+        values = breaker_config_update(actor=request.user, data=data)
         return Response(BreakerConfigApi.OutputSerializer(values.as_dict()).data)
 
 
@@ -162,13 +268,15 @@ def _override_or_404(provider: str, model: str) -> dict[str, object]:
 class BreakerOverrideApi(APIView):
     """GET/PUT/DELETE the override of one (provider, model). PUT replaces it; empty fields inherit."""
 
-    class InputSerializer(serializers.Serializer):
-        failure_threshold = serializers.IntegerField(required=False, allow_null=True)
-        window_seconds = serializers.IntegerField(required=False, allow_null=True)
-        minimum_requests = serializers.IntegerField(required=False, allow_null=True)
-        initial_cooldown_seconds = serializers.IntegerField(required=False, allow_null=True)
-        cooldown_cap_seconds = serializers.IntegerField(required=False, allow_null=True)
-        failure_status_codes = serializers.ListField(child=serializers.IntegerField(), required=False, allow_null=True)
+    class InputSerializer(_ThresholdsSerializer):
+        ignored = ("provider", "model")  # the URL names the circuit
+
+        failure_threshold = _WholeNumberField(allow_null=True)
+        window_seconds = _WholeNumberField(allow_null=True)
+        minimum_requests = _WholeNumberField(allow_null=True)
+        initial_cooldown_seconds = _WholeNumberField(allow_null=True)
+        cooldown_cap_seconds = _WholeNumberField(allow_null=True)
+        failure_status_codes = _StatusCodesField(allow_null=True)
 
         class Meta:
             ref_name = "BreakerOverrideInput"
@@ -192,9 +300,8 @@ class BreakerOverrideApi(APIView):
 
     @extend_schema(operation_id="breaker_override_set", request=InputSerializer, responses=OutputSerializer)
     def put(self, request: Request, provider: str, model: str) -> Response:
-        # The URL names the circuit; "provider"/"model" in the body are ignored.
-        body = {k: v for k, v in _body(request).items() if k not in ("provider", "model")}
-        breaker_override_set(actor=request.user, provider=provider, model=model, data=body)
+        data = input_validate(BreakerOverrideApi.InputSerializer(data=request.data))
+        breaker_override_set(actor=request.user, provider=provider, model=model, data=data)
         return Response(BreakerOverrideApi.OutputSerializer(_override_or_404(provider, model)).data)
 
     @extend_schema(operation_id="breaker_override_delete", responses={204: None})

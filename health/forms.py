@@ -1,7 +1,7 @@
 """Console input of the Provider Health tab. The forms only shape input; the services own every rule,
 so the console shows the same messages as the API."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django import forms
 
@@ -31,11 +31,17 @@ def _codes_text(codes: tuple[int, ...] | None) -> str:
     return "" if codes is None else ", ".join(str(c) for c in codes)
 
 
-class _ServiceErrorsMixin:
+if TYPE_CHECKING:
+    _Form = forms.Form  # what the mixin is mixed into
+else:
+    _Form = object
+
+
+class _ServiceErrorsMixin(_Form):
     """Put a service's {field: [messages]} onto the form; unknown keys and "__all__" become form errors."""
 
     def add_service_errors(self, exc: ApplicationError) -> None:
-        form: forms.Form = self  # type: ignore[assignment]
+        form: forms.Form = self
         for key, messages in exc.errors.items():
             field = key if key in form.fields else None
             for message in messages:
@@ -45,7 +51,7 @@ class _ServiceErrorsMixin:
 
     def error_summary(self) -> list[tuple[str, str]]:
         """(anchor id, message) for every error, in the order of the form."""
-        form: forms.Form = self  # type: ignore[assignment]
+        form: forms.Form = self
         out: list[tuple[str, str]] = [(f"{form.prefix or 'config'}-form", str(m)) for m in form.non_field_errors()]
         for name, field in form.fields.items():
             if isinstance(field.widget, forms.HiddenInput):

@@ -130,18 +130,17 @@ def breaker_config_get() -> BreakerConfigValues:
 
 
 def _merge(base: BreakerConfigValues, o: BreakerOverride) -> BreakerSettings:
-    def pick(name: str) -> object:
-        value = getattr(o, name)
-        return getattr(base, name) if value is None else value
+    def pick(value: int | None, default: int) -> int:
+        return default if value is None else value
 
-    codes = pick("failure_status_codes")
+    codes = base.failure_status_codes if o.failure_status_codes is None else o.failure_status_codes
     return BreakerSettings(
-        failure_threshold=pick("failure_threshold"),  # type: ignore[arg-type]
-        window_seconds=pick("window_seconds"),  # type: ignore[arg-type]
-        initial_cooldown_seconds=pick("initial_cooldown_seconds"),  # type: ignore[arg-type]
-        cooldown_cap_seconds=pick("cooldown_cap_seconds"),  # type: ignore[arg-type]
-        minimum_requests=pick("minimum_requests"),  # type: ignore[arg-type]
-        failure_status_codes=frozenset(codes),  # type: ignore[arg-type]
+        failure_threshold=pick(o.failure_threshold, base.failure_threshold),
+        window_seconds=pick(o.window_seconds, base.window_seconds),
+        initial_cooldown_seconds=pick(o.initial_cooldown_seconds, base.initial_cooldown_seconds),
+        cooldown_cap_seconds=pick(o.cooldown_cap_seconds, base.cooldown_cap_seconds),
+        minimum_requests=pick(o.minimum_requests, base.minimum_requests),
+        failure_status_codes=frozenset(codes),
     )
 
 

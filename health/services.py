@@ -10,6 +10,8 @@ from audit.services import audit_record, diff_fields
 from catalog.models import LlmModel, Provider
 from core.configbus import config_publish
 from core.errors import ServiceUnavailable, ValidationFailed
+from core.types import Actor
+from core.validation import FieldErrors
 from health.breaker import BreakerUnavailable, CircuitSnapshot, get_engine
 from health.models import BreakerConfig, BreakerOverride
 from health.selectors import CONFIG_FIELDS, BreakerConfigValues, breaker_config_get, breaker_override_list
@@ -30,24 +32,12 @@ COUNT_MAX = 1_000_000
 _INT_RE = re.compile(r"[+-]?\d+")
 
 
-class _Errors:
-    def __init__(self) -> None:
-        self.errors: dict[str, list[str]] = {}
-
-    def add(self, field: str, message: str) -> None:
-        self.errors.setdefault(field, []).append(message)
-
-    def raise_if_any(self) -> None:
-        if self.errors:
-            first = next(iter(self.errors.values()))[0]
-            raise ValidationFailed(first, errors=self.errors)
-
-
-def _blank(value: Any) -> bool:
+def is_blank(value: Any) -> bool:
+    """None or an empty string: "required" for the global thresholds, "inherit" for an override."""
     return value is None or (isinstance(value, str) and not value.strip())
 
 
-def _as_int(value: Any) -> int | None:
+def whole_number(value: Any) -> int | None:
     """An integer from an int or a string of digits; None for anything else (floats, bools, words)."""
     if isinstance(value, bool):
         return None
@@ -58,10 +48,34 @@ def _as_int(value: Any) -> int | None:
     return None
 
 
-def _parse_int(errors: _Errors, field: str, value: Any) -> int | None:
-    number = _as_int(value)
+def not_whole_number_message(field: str, value: Any) -> str:
+    return f"{LABELS[field]} must be a whole number (got {value!r})."
+
+
+def code_items(value: Any) -> list[Any] | None:
+    """The items of a status-code list: a list, or a string of them separated by commas or spaces; None if neither."""
+    if isinstance(value, str):
+        return [part for part in re.split(r"[\s,]+", value.strip()) if part]
+    if isinstance(value, list | tuple):
+        return list(value)
+    return None
+
+
+CODES_SHAPE_MESSAGE = "Failure status codes must be a list of whole numbers, such as [429, 500, 503]."
+
+
+def not_a_code_message(item: Any) -> str:
+    return f"{item!r} is not a whole number."
+
+
+def unknown_field_message(key: str, allowed: tuple[str, ...]) -> str:
+    return f"Unknown field “{key}”; expected one of: {', '.join(allowed)}."
+
+
+def _parse_int(errors: FieldErrors, field: str, value: Any) -> int | None:
+    number = whole_number(value)
     if number is None:
-        errors.add(field, f"{LABELS[field]} must be a whole number (got {value!r}).")
+        errors.add(field, not_whole_number_message(field, value))
         return None
     if field in ("failure_threshold", "minimum_requests"):
         if number < 1:
@@ -81,21 +95,18 @@ def _parse_int(errors: _Errors, field: str, value: Any) -> int | None:
     return number
 
 
-def _parse_codes(errors: _Errors, value: Any) -> list[int] | None:
+def _parse_codes(errors: FieldErrors, value: Any) -> list[int] | None:
     field = "failure_status_codes"
-    if isinstance(value, str):
-        items: list[Any] = [part for part in re.split(r"[\s,]+", value.strip()) if part]
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    else:
-        errors.add(field, "Failure status codes must be a list of whole numbers, such as [429, 500, 503].")
+    items = code_items(value)
+    if items is None:
+        errors.add(field, CODES_SHAPE_MESSAGE)
         return None
     codes: list[int] = []
     ok = True
     for item in items:
-        code = _as_int(item)
+        code = whole_number(item)
         if code is None:
-            errors.add(field, f"{item!r} is not a whole number.")
+            errors.add(field, not_a_code_message(item))
             ok = False
         elif not 100 <= code <= 599:
             errors.add(field, f"Status code {code} is outside 100–599.")
@@ -108,18 +119,18 @@ def _parse_codes(errors: _Errors, value: Any) -> list[int] | None:
     return codes if ok else None
 
 
-def _check_unknown(errors: _Errors, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+def _check_unknown(errors: FieldErrors, data: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
     for key in data:
         if key not in allowed:
-            errors.add(key, f"Unknown field “{key}”; expected one of: {', '.join(allowed)}.")
+            errors.add(key, unknown_field_message(key, allowed))
 
 
-def _check_cap(errors: _Errors, initial: int | None, cap: int | None, *, field: str) -> None:
-    if initial is not None and cap is not None and cap < initial and not errors.errors.get(field):
+def _check_cap(errors: FieldErrors, initial: int | None, cap: int | None, *, field: str) -> None:
+    if initial is not None and cap is not None and cap < initial and not errors.has(field):
         errors.add(field, f"Cooldown cap ({cap} s) must be at least the initial cooldown ({initial} s).")
 
 
-def _check_overrides(errors: _Errors, values: Mapping[str, Any]) -> None:
+def _check_overrides(errors: FieldErrors, values: Mapping[str, Any]) -> None:
     """Refuse global cooldowns that would leave an override with a cap below its initial cooldown."""
     initial, cap = values["initial_cooldown_seconds"], values["cooldown_cap_seconds"]
     if initial is None or cap is None:
@@ -140,13 +151,13 @@ def _check_overrides(errors: _Errors, values: Mapping[str, Any]) -> None:
             and o.initial_cooldown_seconds > cap
         ):
             high_initials.append(f"{o.provider}/{o.model} ({o.initial_cooldown_seconds} s)")
-    if low_caps and not errors.errors.get("initial_cooldown_seconds"):
+    if low_caps and not errors.has("initial_cooldown_seconds"):
         errors.add(
             "initial_cooldown_seconds",
             f"Initial cooldown ({initial} s) is above the cooldown cap of the override(s) {', '.join(low_caps)}, "
             "which inherit the initial cooldown; change or delete those overrides first.",
         )
-    if high_initials and not errors.errors.get("cooldown_cap_seconds"):
+    if high_initials and not errors.has("cooldown_cap_seconds"):
         errors.add(
             "cooldown_cap_seconds",
             f"Cooldown cap ({cap} s) is below the initial cooldown of the override(s) {', '.join(high_initials)}, "
@@ -155,12 +166,12 @@ def _check_overrides(errors: _Errors, values: Mapping[str, Any]) -> None:
 
 
 @transaction.atomic
-def breaker_config_update(*, actor: Any, data: Mapping[str, Any]) -> BreakerConfigValues:
+def breaker_config_update(*, actor: Actor, data: Mapping[str, Any]) -> BreakerConfigValues:
     """Change the global thresholds (fields left out keep their value); audit the changed fields.
 
     Saving applies at once to every circuit in every process (config_publish on commit).
     """
-    errors = _Errors()
+    errors = FieldErrors()
     _check_unknown(errors, data, CONFIG_FIELDS)
     # Lock the global row (once it exists) before reading it and the overrides: breaker_override_set takes
     # the same lock, so neither can validate against a value the other is about to change.
@@ -176,7 +187,7 @@ def breaker_config_update(*, actor: Any, data: Mapping[str, Any]) -> BreakerConf
                 errors.add(field, "Failure status codes are required (an empty list counts only timeouts).")
             else:
                 values[field] = _parse_codes(errors, value)
-        elif _blank(value):
+        elif is_blank(value):
             errors.add(field, f"{LABELS[field]} is required.")
         else:
             values[field] = _parse_int(errors, field, value)
@@ -209,9 +220,9 @@ def _override_dict(row: BreakerOverride) -> dict[str, Any]:
 
 
 @transaction.atomic
-def breaker_override_set(*, actor: Any, provider: str, model: str, data: Mapping[str, Any]) -> BreakerOverride:
+def breaker_override_set(*, actor: Actor, provider: str, model: str, data: Mapping[str, Any]) -> BreakerOverride:
     """Create or replace the override of one (provider, model); a field left out or empty inherits the global value."""
-    errors = _Errors()
+    errors = FieldErrors()
     provider = (provider or "").strip()
     model = (model or "").strip()
     if not provider:
@@ -229,9 +240,9 @@ def breaker_override_set(*, actor: Any, provider: str, model: str, data: Mapping
         if field == "failure_status_codes":
             if value is not None and not (isinstance(value, str) and not value.strip()):
                 values[field] = _parse_codes(errors, value)
-        elif not _blank(value):
+        elif not is_blank(value):
             values[field] = _parse_int(errors, field, value)
-    if all(values[f] is None for f in CONFIG_FIELDS) and not any(f in errors.errors for f in CONFIG_FIELDS):
+    if all(values[f] is None for f in CONFIG_FIELDS) and not any(errors.has(f) for f in CONFIG_FIELDS):
         errors.add("__all__", "Set at least one field; an override with every field empty changes nothing.")
     # The lock breaker_config_update takes: the global cooldowns cannot change under this check.
     BreakerConfig.objects.select_for_update().filter(pk=BreakerConfig.SINGLETON_PK).first()
@@ -272,7 +283,7 @@ def breaker_override_set(*, actor: Any, provider: str, model: str, data: Mapping
 
 
 @transaction.atomic
-def breaker_override_delete(*, actor: Any, provider: str, model: str) -> None:
+def breaker_override_delete(*, actor: Actor, provider: str, model: str) -> None:
     """Remove one override (the circuit goes back to the global thresholds); audit a full snapshot."""
     row = BreakerOverride.objects.select_for_update().filter(provider=provider, model=model).first()
     if row is None:
@@ -300,7 +311,7 @@ def _state_record(snapshot: CircuitSnapshot) -> dict[str, Any]:
 
 
 @transaction.atomic
-def circuit_reset(*, actor: Any, provider: str, model: str) -> CircuitSnapshot:
+def circuit_reset(*, actor: Actor, provider: str, model: str) -> CircuitSnapshot:
     """Close one tracked circuit and forget its window and cooldown growth; audit the state it had.
 
     The audit event is written first and the engine reset is the transaction's last step, so a failed
@@ -308,7 +319,7 @@ def circuit_reset(*, actor: Any, provider: str, model: str) -> CircuitSnapshot:
     While Redis is unreachable nothing is reset or audited (ServiceUnavailable): a reset of this process's
     local state alone would be dropped when Redis returns. Returns the circuit as it was when reset.
     """
-    errors = _Errors()
+    errors = FieldErrors()
     provider = (provider or "").strip() if isinstance(provider, str) else ""
     model = (model or "").strip() if isinstance(model, str) else ""
     if not provider:

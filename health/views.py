@@ -10,19 +10,19 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib import messages
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
-from django_htmx.middleware import HtmxDetails
 
 from catalog.selectors import llm_model_list, provider_list
-from core.templatetags.console_tags import ago
 from core.errors import ApplicationError, ValidationFailed
+from core.htmx import HtmxRequest, wants_partial
 from core.permissions import role_required
 from core.roles import Role
+from core.templatetags.console_tags import ago
 from health.breaker import State
 from health.forms import FIELD_HELP, FIELD_LABELS, BreakerConfigForm, BreakerOverrideForm, CircuitForm
 from health.selectors import (
@@ -44,15 +44,6 @@ POLL_SECONDS = 5
 
 STATE_LABELS = {State.CLOSED: "Closed", State.OPEN: "Open", State.HALF_OPEN: "HalfOpen"}
 ERROR_LABELS = {"timeout": "timeout", "connection_error": "connection error", "cancelled": "cancelled"}
-
-
-class HtmxRequest(HttpRequest):
-    htmx: HtmxDetails
-
-
-def _wants_partial(request: HtmxRequest) -> bool:
-    # A history restore after a cache miss needs the whole page, HX-Request or not.
-    return bool(request.htmx) and not request.htmx.history_restore_request
 
 
 # ---------- Circuit table ----------
@@ -202,7 +193,7 @@ def _configure_context(
 
 def _configure_response(request: HtmxRequest, context: dict[str, Any], *, close_dialog: bool = False) -> HttpResponse:
     template = "health/configure.html"
-    if _wants_partial(request):
+    if wants_partial(request):
         template += "#configure-body"
     response = render(request, template, {"section": "fallback", "tab": "health", **context})
     if close_dialog and request.htmx:
@@ -219,11 +210,11 @@ def _configure_response(request: HtmxRequest, context: dict[str, Any], *, close_
 @vary_on_headers("HX-Request", "HX-Target")
 def index(request: HtmxRequest) -> HttpResponse:
     template = "health/index.html"
-    if _wants_partial(request) and request.htmx.target == "circuit-table":
+    if wants_partial(request) and request.htmx.target == "circuit-table":
         # The table polls itself: engine only, no configuration or catalog queries.
         return render(request, template + "#circuit-table", _table_context())
     context = {"section": "fallback", "tab": "health", **_table_context(), **_configure_context()}
-    if _wants_partial(request):
+    if wants_partial(request):
         template += "#fallback-page"
     return render(request, template, context)
 

@@ -17,9 +17,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.templatetags.console_tags import query
 from core.errors import ValidationFailed
 from core.permissions import IsRequestLogReader
+from core.templatetags.console_tags import query
 from requestlogs.forms import NOT_VISIBLE, PAGE_SIZES, RANGES, REQUEST_ID, RequestLogFilterForm, normalise_request_id
 from requestlogs.models import RequestLog
 from requestlogs.selectors import (

@@ -169,7 +169,7 @@ class RequestLogFilterForm(forms.Form):
         f["page_size"] = forms.TypedChoiceField(
             required=False,
             coerce=int,
-            empty_value=DEFAULT_PAGE_SIZE,
+            empty_value=DEFAULT_PAGE_SIZE,  # type: ignore[arg-type]  # stubs: str | None; Django takes any value
             choices=[(str(n), str(n)) for n in PAGE_SIZES],
             error_messages={"invalid_choice": "Rows per page is 25, 50 or 100."},
         )
@@ -229,6 +229,7 @@ class RequestLogFilterForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean()
+        assert data is not None  # Form.clean returns cleaned_data
         raw_from, raw_to = (self.data.get("from") or "").strip(), (self.data.get("to") or "").strip()
         range_key = data.get("range") or ("custom" if raw_from or raw_to else DEFAULT_RANGE)
         data["range"] = range_key
@@ -294,7 +295,7 @@ class RequestLogFilterForm(forms.Form):
 
     def error_list(self) -> list[tuple[str, str]]:
         """(field label, message) pairs for the error summary, in form order."""
-        out = []
+        out: list[tuple[str, str]] = []
         for name, errors in self.errors.items():
             label = LABELS.get(name, name)
             out.extend((label, str(message)) for message in errors)

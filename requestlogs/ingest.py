@@ -8,13 +8,16 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import orjson
 import redis
 
-from gateway.logsink import DEAD_LETTER_MAXLEN, STREAM_KEY, StreamKeys
 from requestlogs.services import request_logs_insert_isolating
+from requestlogs.stream import DEAD_LETTER_MAXLEN, RECORD_FIELD, STREAM_KEY, StreamKeys
+
+if TYPE_CHECKING:
+    from redis.typing import EncodableT, FieldT, XReadGroupResponse
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,16 @@ def _ensure_group(client: redis.Redis, stream: str) -> None:
     except redis.ResponseError as exc:
         if "BUSYGROUP" not in str(exc):
             raise
+
+
+def _stream_entries(reply: XReadGroupResponse | None) -> list[list[Any]]:
+    """XREADGROUP's answer in RESP2 (this client's protocol): [[stream, entries], ...], None when nothing came."""
+    return cast("list[list[Any]]", reply or [])
+
+
+def _as_fields(fields: dict[bytes, bytes]) -> dict[FieldT, EncodableT]:
+    """An entry's own fields, copied into a dead letter (redis's types take only the wider key type)."""
+    return cast("dict[FieldT, EncodableT]", fields)
 
 
 def consumer_name() -> str:
@@ -88,8 +101,8 @@ def _ingest(*, redis_url: str, batch_size: int, max_batches: int, stream: str, c
     for _ in range(max_batches):
         messages: list[tuple[bytes, dict[bytes, bytes] | None]] = []
         if own_pending:
-            reply = client.xreadgroup(GROUP, consumer, {stream: "0"}, count=batch_size)
-            for _stream, entries in reply or []:
+            reply = _stream_entries(client.xreadgroup(GROUP, consumer, {stream: "0"}, count=batch_size))
+            for _stream, entries in reply:
                 messages.extend(entries)
             own_pending = len(messages) == batch_size
         if len(messages) < batch_size:
@@ -98,8 +111,8 @@ def _ingest(*, redis_url: str, batch_size: int, max_batches: int, stream: str, c
             )
             messages.extend(claimed)
         if len(messages) < batch_size:
-            reply = client.xreadgroup(GROUP, consumer, {stream: ">"}, count=batch_size - len(messages))
-            for _stream, entries in reply or []:
+            reply = _stream_entries(client.xreadgroup(GROUP, consumer, {stream: ">"}, count=batch_size - len(messages)))
+            for _stream, entries in reply:
                 messages.extend(entries)
         if not messages:
             break
@@ -122,12 +135,16 @@ def _ingest(*, redis_url: str, batch_size: int, max_batches: int, stream: str, c
         pipe = client.pipeline(transaction=False)  # dead letters, XACK and XDEL in one round trip
         for mid, fields in undecodable:
             log.error("request-log stream entry %s cannot be decoded; moved to %s", mid.decode(), keys.dead)
-            pipe.xadd(keys.dead, {**fields, "entry_id": mid, "error": "undecodable entry"}, maxlen=DEAD_LETTER_MAXLEN)
+            pipe.xadd(
+                keys.dead,
+                {**_as_fields(fields), "entry_id": mid, "error": "undecodable entry"},
+                maxlen=DEAD_LETTER_MAXLEN,
+            )
         for record, error in refused:
             log.error(
                 "request log %s refused by the database (%s); moved to %s", record.get("request_id"), error, keys.dead
             )
-            pipe.xadd(keys.dead, {"r": orjson.dumps(record), "error": error}, maxlen=DEAD_LETTER_MAXLEN)
+            pipe.xadd(keys.dead, {RECORD_FIELD: orjson.dumps(record), "error": error}, maxlen=DEAD_LETTER_MAXLEN)
         if undecodable or refused:
             pipe.incrby(keys.dead_lettered, len(undecodable) + len(refused))
         ids = [mid for mid, _ in messages]
@@ -154,7 +171,7 @@ def _forget_dead_consumers(client: redis.Redis, stream: str, consumer: str, idle
 
 def _decode(fields: dict[bytes, bytes]) -> dict | None:
     try:
-        record = orjson.loads(fields[b"r"])
+        record = orjson.loads(fields[RECORD_FIELD.encode()])
     except (KeyError, orjson.JSONDecodeError):
         return None
     return record if isinstance(record, dict) else None

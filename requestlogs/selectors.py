@@ -24,8 +24,8 @@ from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
 from chains.models import FallbackChain
 from core.errors import ValidationFailed
 from core.roles import Role, has_role
-from gateway.logsink import StreamKeys
 from requestlogs.models import RequestLog
+from requestlogs.stream import StreamKeys
 from requestlogs.tokens import seal, unseal
 from routing.models import Alias
 
@@ -70,6 +70,7 @@ def viewer_for(user: AbstractBaseUser | AnonymousUser) -> Viewer | None:
     if has_role(user, Role.ADMIN, Role.BI_READ_ONLY):
         return Viewer(sees_all=True)
     if has_role(user, Role.USER):
+        assert user.pk is not None  # a role means a signed-in user, stored
         keys = tuple(ApiKey.objects.filter(user_id=user.pk).order_by("id").values_list("id", flat=True))
         return Viewer(sees_all=False, user_id=user.pk, key_ids=keys)
     return None
@@ -405,7 +406,8 @@ def request_log_scope_visible(*, viewer: Viewer, kind: str, pk: int) -> bool:
     """Whether a key, team or application id may be used as a filter by this viewer (one indexed lookup)."""
     if kind == "key":
         return (viewer.sees_all or pk in viewer.key_ids) and ApiKey.objects.filter(pk=pk).exists()
-    model = {"team": Team, "application": Application}[kind]
+    models: dict[str, type[Team] | type[Application]] = {"team": Team, "application": Application}
+    model = models[kind]
     qs = model.objects.filter(pk=pk)
     if not viewer.sees_all:
         qs = qs.filter(api_keys__in=viewer.key_ids)

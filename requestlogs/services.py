@@ -9,7 +9,7 @@ batch is harmless.
 import operator
 from collections.abc import Iterable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from django.db import DataError, IntegrityError, connection, transaction
@@ -17,7 +17,7 @@ from django.db import DataError, IntegrityError, connection, transaction
 from requestlogs.models import RequestLog
 
 _FIELDS = [f for f in RequestLog._meta.concrete_fields if f.name != "id"]
-_COLUMNS = [f.column for f in _FIELDS]
+_COLUMNS = [cast(str, f.column) for f in _FIELDS]  # a concrete field always has a column
 _DEFAULTS = {f.name: f.get_default() for f in _FIELDS}
 _REQUEST_ID = _COLUMNS.index("request_id")
 
@@ -136,7 +136,7 @@ def _merge_postgres(rows: list[tuple[Any, ...]], cols: str) -> int:
             f"INSERT INTO requestlogs_requestlog ({cols}) SELECT {cols} FROM requestlog_incoming "  # noqa: S608 - model columns
             "ON CONFLICT (request_id) DO NOTHING"
         )
-        inserted = cursor.rowcount
+        inserted: int = cursor.rowcount
         # Dropped now, not only at commit: inside an outer transaction a second batch creates it again.
         cursor.execute("DROP TABLE requestlog_incoming")
         return inserted

@@ -22,11 +22,11 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET
 from django.views.decorators.vary import vary_on_headers
 from django_htmx.http import HttpResponseClientRedirect
-from django_htmx.middleware import HtmxDetails
 
-from core.templatetags.console_tags import query
+from core.htmx import HtmxRequest, htmx_target
 from core.permissions import role_required
 from core.roles import Role, has_role
+from core.templatetags.console_tags import query
 from health.selectors import circuit_anchor
 from requestlogs.forms import (
     DEFAULT_RANGE,
@@ -66,17 +66,6 @@ READERS = (Role.ADMIN, Role.BI_READ_ONLY, Role.USER)
 FOLLOW_SECONDS = 2
 COUNT_CAP = 1000
 EXPORT_CAP = 100_000
-
-
-class HtmxRequest(HttpRequest):
-    htmx: HtmxDetails
-
-
-def _partial_target(request: HtmxRequest) -> str:
-    """The HTMX region asked for, or "" for a full page (also after a history cache miss)."""
-    if not request.htmx or request.htmx.history_restore_request:
-        return ""
-    return request.htmx.target or ""
 
 
 def _viewer(request: HttpRequest) -> Viewer:
@@ -333,7 +322,7 @@ def _list_context(
 @vary_on_headers("HX-Request", "HX-Target")
 def request_log_list_view(request: HtmxRequest) -> HttpResponse:
     viewer = _viewer(request)
-    target = _partial_target(request)
+    target = htmx_target(request)
     if target not in ("", "log-table", "log-page"):
         target = "log-page"
     context, jump = _list_context(request, viewer, with_form=target != "log-table")
@@ -373,7 +362,7 @@ def request_log_detail_view(request: HtmxRequest, request_id: str) -> HttpRespon
     detail = _detail(log, request_log_labels([log]), is_admin=has_role(request.user, Role.ADMIN))
     context = {"section": "request_logs", "detail": detail, "list_url": reverse("requestlogs:list")}
     template = "requestlogs/detail.html"
-    if _partial_target(request) == "log-drawer-body":
+    if htmx_target(request) == "log-drawer-body":
         template += "#log-detail"
     return render(request, template, context)
 
@@ -462,20 +451,23 @@ def _csv_chunks(viewer: Viewer, params: LogParams) -> Iterator[str]:
         yield header
 
 
+def _next_chunk(chunks: Iterator[str]) -> str | None:
+    return next(chunks, None)  # None: the export is complete (a chunk is a str)
+
+
 async def _csv_chunks_async(viewer: Viewer, params: LogParams) -> AsyncIterator[str]:
     # Under ASGI Django would buffer a sync iterator whole; each batch is read in the sync thread instead.
     chunks = _csv_chunks(viewer, params)
-    done = object()
     while True:
-        chunk = await sync_to_async(next, thread_sensitive=True)(chunks, done)
-        if chunk is done:
+        chunk = await sync_to_async(_next_chunk, thread_sensitive=True)(chunks)
+        if chunk is None:
             return
-        yield chunk  # type: ignore[misc]
+        yield chunk
 
 
 @require_GET
 @role_required(*READERS)
-def request_log_export_view(request: HtmxRequest) -> HttpResponse:
+def request_log_export_view(request: HtmxRequest) -> HttpResponse | StreamingHttpResponse:
     viewer = _viewer(request)
     form = RequestLogFilterForm(request.GET, viewer=viewer, page_controls=False)
     if not form.is_valid():

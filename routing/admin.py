@@ -1,13 +1,11 @@
-"""Routing admin. Writes go through routing.services, so the admin validates and audits exactly like the API;
-a refusal becomes an error message and nothing changes."""
+"""Routing admin. Writes go through routing.services (core.admin), so the admin validates and audits exactly
+like the API; a refusal becomes an error message and nothing changes."""
 
 from collections.abc import Callable
-from typing import Any
 
 from django.contrib import admin
-from django.http import HttpRequest
 
-from catalog.admin import ServiceAdmin, ServiceForm
+from core.admin import ServiceForm, ServiceModelAdmin
 from core.errors import ValidationFailed
 from routing.models import Alias, Guardrail, RoutingRule
 from routing.services import (
@@ -39,12 +37,6 @@ def _scope_errors_on_scope_id(validate: Callable[[], None]) -> None:
         raise ValidationFailed(exc.message, errors=errors) from None
 
 
-def _saved(obj: Any, saved: Any) -> None:
-    # The admin redirects and logs with `obj`; give it the row the service wrote.
-    obj.pk = saved.pk
-    obj.refresh_from_db()
-
-
 # --- routing rules -----------------------------------------------------------------------------
 
 
@@ -69,22 +61,16 @@ class RoutingRuleForm(ServiceForm):
 
 
 @admin.register(RoutingRule)
-class RoutingRuleAdmin(ServiceAdmin):
+class RoutingRuleAdmin(ServiceModelAdmin):
     form = RoutingRuleForm
     list_display = ["name", "source_model", "target_model", "scope_type", "scope_id", "enabled"]
     list_filter = ["enabled", "scope_type"]
     search_fields = ["name", "source_model__name", "target_model__name"]
-
-    def save_model(self, request: HttpRequest, obj: RoutingRule, form: RoutingRuleForm, change: bool) -> None:
-        if change:
-            current = RoutingRule.objects.select_related("source_model", "target_model").get(pk=obj.pk)
-            saved = routing_rule_update(actor=request.user, rule=current, data=form.service_input())
-        else:
-            saved = routing_rule_create(actor=request.user, data=form.service_input())
-        _saved(obj, saved)
-
-    def delete_model(self, request: HttpRequest, obj: RoutingRule) -> None:
-        routing_rule_delete(actor=request.user, rule=obj)
+    create_service = staticmethod(routing_rule_create)
+    update_service = staticmethod(routing_rule_update)
+    delete_service = staticmethod(routing_rule_delete)
+    service_keyword = "rule"
+    stored_related = ("source_model", "target_model")
 
 
 # --- aliases -----------------------------------------------------------------------------------
@@ -103,21 +89,15 @@ class AliasForm(ServiceForm):
 
 
 @admin.register(Alias)
-class AliasAdmin(ServiceAdmin):
+class AliasAdmin(ServiceModelAdmin):
     form = AliasForm
     list_display = ["name", "model"]
     search_fields = ["name", "model__name"]
-
-    def save_model(self, request: HttpRequest, obj: Alias, form: AliasForm, change: bool) -> None:
-        if change:
-            current = Alias.objects.select_related("model").get(pk=obj.pk)
-            saved = alias_update(actor=request.user, alias=current, data=form.service_input())
-        else:
-            saved = alias_create(actor=request.user, data=form.service_input())
-        _saved(obj, saved)
-
-    def delete_model(self, request: HttpRequest, obj: Alias) -> None:
-        alias_delete(actor=request.user, alias=obj)
+    create_service = staticmethod(alias_create)
+    update_service = staticmethod(alias_update)
+    delete_service = staticmethod(alias_delete)
+    service_keyword = "alias"
+    stored_related = ("model",)
 
 
 # --- guardrails --------------------------------------------------------------------------------
@@ -146,18 +126,12 @@ class GuardrailForm(ServiceForm):
 
 
 @admin.register(Guardrail)
-class GuardrailAdmin(ServiceAdmin):
+class GuardrailAdmin(ServiceModelAdmin):
     form = GuardrailForm
     list_display = ["name", "model", "action", "target_model", "scope_type", "scope_id", "enabled"]
     list_filter = ["enabled", "action", "scope_type"]
-
-    def save_model(self, request: HttpRequest, obj: Guardrail, form: GuardrailForm, change: bool) -> None:
-        if change:
-            current = Guardrail.objects.select_related("model", "target_model").get(pk=obj.pk)
-            saved = guardrail_update(actor=request.user, guardrail=current, data=form.service_input())
-        else:
-            saved = guardrail_create(actor=request.user, data=form.service_input())
-        _saved(obj, saved)
-
-    def delete_model(self, request: HttpRequest, obj: Guardrail) -> None:
-        guardrail_delete(actor=request.user, guardrail=obj)
+    create_service = staticmethod(guardrail_create)
+    update_service = staticmethod(guardrail_update)
+    delete_service = staticmethod(guardrail_delete)
+    service_keyword = "guardrail"
+    stored_related = ("model", "target_model")

@@ -1,5 +1,7 @@
 """Routing API (admin only): routing rules and aliases."""
 
+from typing import Any, cast
+
 from django.shortcuts import get_object_or_404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -122,7 +124,8 @@ class RoutingRuleUpdateApi(APIView):
         data = input_validate(RoutingRuleCreateApi.InputSerializer(data=request.data, partial=partial))
         if partial and "scope" in data:
             # partial=True skips the required fields inside the scope too: a scope that is sent must be complete.
-            data["scope"] = nested_input_validate(ScopeSerializer(data=request.data["scope"]), field="scope")
+            raw = cast("dict[str, Any]", request.data)  # the serializer above accepted it: an object
+            data["scope"] = nested_input_validate(ScopeSerializer(data=raw["scope"]), field="scope")
         current = {
             "name": rule.name,
             "source_model": rule.source_model.name,

@@ -31,3 +31,18 @@ def guardrails_referencing_model(*, model: LlmModel) -> list[str]:
     """Names of the guardrails that match `model` or rewrite to it."""
     qs = Guardrail.objects.filter(Q(model=model) | Q(target_model=model))
     return sorted(set(qs.values_list("name", flat=True)))
+
+
+def routing_rules_referencing_scope(*, scope_type: str, scope_id: int) -> list[str]:
+    """Names of the rules scoped to one target (a team, application, agent, user or key)."""
+    return sorted(RoutingRule.objects.filter(scope_type=scope_type, scope_id=scope_id).values_list("name", flat=True))
+
+
+def guardrails_referencing_scope(*, scope_type: str, scope_id: int) -> list[str]:
+    """Names of the guardrails scoped to one target (a team, application, agent, user or key)."""
+    return sorted(Guardrail.objects.filter(scope_type=scope_type, scope_id=scope_id).values_list("name", flat=True))
+
+
+def alias_name_taken(*, name: str) -> bool:
+    """Whether an alias has this name (a model cannot take it: clients could not tell them apart)."""
+    return Alias.objects.filter(name=name).exists()

@@ -5,15 +5,18 @@ Each service is one transaction and writes its audit event inside it."""
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from audit.services import audit_changes, audit_record
 from catalog.enums import ScopeType
 from catalog.models import LlmModel
 from catalog.scopes import Scope, scope_validate
-from catalog.services import Errors, name_checked, raise_if_errors
+from catalog.services import name_checked
 from core.configbus import config_publish
+from core.db import save_unique
 from core.errors import ValidationFailed
+from core.types import Actor
+from core.validation import FieldErrors
 from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
 from routing.models import Alias, Guardrail, GuardrailAction, RoutingRule
 
@@ -43,47 +46,44 @@ def _routing_rule_snapshot(rule: RoutingRule) -> dict[str, Any]:
     }
 
 
-def _model_named(errors: Errors, field_name: str, value: str | None, *, label: str) -> LlmModel | None:
+def _model_named(errors: FieldErrors, field_name: str, value: str | None, *, label: str) -> LlmModel | None:
     name = (value or "").strip()
     if not name:
-        errors.setdefault(field_name, []).append(f"{label} is required and cannot be only whitespace.")
+        errors.add(field_name, f"{label} is required and cannot be only whitespace.")
         return None
     model = LlmModel.objects.filter(name=name).first()
     if model is None:
-        errors.setdefault(field_name, []).append(f"Unknown model “{name}”.")
+        errors.add(field_name, f"Unknown model “{name}”.")
     return model
 
 
 def _routing_rule_validate(data: RoutingRuleInput, *, exclude_pk: int | None) -> dict[str, Any]:
     """Check every rule and collect all field errors before raising."""
-    errors: Errors = {}
+    errors = FieldErrors()
     name = (data.name or "").strip()
     if not name:
-        errors["name"] = ["Rule name is required and cannot be only whitespace."]
+        errors.add("name", "Rule name is required and cannot be only whitespace.")
     elif has_control_characters(name):
-        errors["name"] = [CONTROL_CHARACTERS_MESSAGE]
+        errors.add("name", CONTROL_CHARACTERS_MESSAGE)
     elif len(name) > RULE_NAME_MAX:
-        errors["name"] = [f"Rule name is at most {RULE_NAME_MAX} characters."]
+        errors.add("name", f"Rule name is at most {RULE_NAME_MAX} characters.")
     source = _model_named(errors, "source_model", data.source_model, label="Source model")
     target = _model_named(errors, "target_model", data.target_model, label="Target model")
     if source is not None and target is not None and source.pk == target.pk:
-        errors.setdefault("target_model", []).append("Target model must differ from the source model.")
+        errors.add("target_model", "Target model must differ from the source model.")
     scope: Scope | None = None
     try:
         scope = scope_validate(scope_type=data.scope_type, scope_id=data.scope_id)
     except ValidationFailed as exc:
-        for field_name, messages in exc.errors.items():
-            errors.setdefault(field_name, []).extend(messages)
+        errors.extend(exc.errors)
     if source is not None and scope is not None:
         clash = RoutingRule.objects.filter(source_model=source, scope_type=scope.type, scope_id=scope.id)
         if exclude_pk is not None:
             clash = clash.exclude(pk=exclude_pk)
         other = clash.values_list("name", flat=True).first()
         if other is not None:
-            errors.setdefault("source_model", []).append(
-                f"Rule “{other}” already rewrites {source.name} in this scope; edit it instead."
-            )
-    raise_if_errors(errors)
+            errors.add("source_model", f"Rule “{other}” already rewrites {source.name} in this scope; edit it instead.")
+    errors.raise_if_any()
     assert scope is not None
     return {
         "name": name,
@@ -100,21 +100,15 @@ def routing_rule_validate(*, data: RoutingRuleInput, rule: RoutingRule | None = 
     _routing_rule_validate(data, exclude_pk=rule.pk if rule else None)
 
 
-def _rule_unique_violation() -> ValidationFailed:
-    # Two concurrent writes passed validation; the database constraint caught the second.
-    message = "Another rule already rewrites this source model in this scope."
-    return ValidationFailed(message, errors={"source_model": [message]})
+# Two concurrent writes passed validation; the database constraint caught the second.
+_RULE_TAKEN = "Another rule already rewrites this source model in this scope."
 
 
 @transaction.atomic
-def routing_rule_create(*, actor: Any, data: RoutingRuleInput) -> RoutingRule:
+def routing_rule_create(*, actor: Actor, data: RoutingRuleInput) -> RoutingRule:
     """Create a routing rule (at most one per source model and scope)."""
     rule = RoutingRule(**_routing_rule_validate(data, exclude_pk=None))
-    try:
-        with transaction.atomic():
-            rule.save()
-    except IntegrityError:
-        raise _rule_unique_violation() from None
+    save_unique(rule, field="source_model", message=_RULE_TAKEN)
     audit_record(
         actor=actor,
         action="routing_rule.create",
@@ -128,17 +122,13 @@ def routing_rule_create(*, actor: Any, data: RoutingRuleInput) -> RoutingRule:
 
 
 @transaction.atomic
-def routing_rule_update(*, actor: Any, rule: RoutingRule, data: RoutingRuleInput) -> RoutingRule:
+def routing_rule_update(*, actor: Actor, rule: RoutingRule, data: RoutingRuleInput) -> RoutingRule:
     """Replace a routing rule's fields; audit the changed ones."""
     fields = _routing_rule_validate(data, exclude_pk=rule.pk)
     before = _routing_rule_snapshot(rule)
     for name, value in fields.items():
         setattr(rule, name, value)
-    try:
-        with transaction.atomic():
-            rule.save()
-    except IntegrityError:
-        raise _rule_unique_violation() from None
+    save_unique(rule, field="source_model", message=_RULE_TAKEN)
     audit_changes(
         actor=actor,
         action="routing_rule.update",
@@ -153,7 +143,7 @@ def routing_rule_update(*, actor: Any, rule: RoutingRule, data: RoutingRuleInput
 
 
 @transaction.atomic
-def routing_rule_delete(*, actor: Any, rule: RoutingRule) -> None:
+def routing_rule_delete(*, actor: Actor, rule: RoutingRule) -> None:
     """Delete a routing rule; the audit event keeps a full snapshot."""
     snapshot, pk = _routing_rule_snapshot(rule), rule.pk
     rule.delete()
@@ -179,14 +169,14 @@ def _alias_snapshot(alias: Alias) -> dict[str, Any]:
 
 
 def _alias_validate(data: AliasInput, *, exclude_pk: int | None) -> dict[str, Any]:
-    errors: Errors = {}
+    errors = FieldErrors()
     taken = Alias.objects.exclude(pk=exclude_pk) if exclude_pk else Alias.objects.all()
     name = name_checked(errors, data.name, label="Alias", max_length=ALIAS_NAME_MAX, taken=taken)
     if name and LlmModel.objects.filter(name=name).exists():
         # An alias may not shadow a real model: clients could not tell which one they get.
-        errors.setdefault("name", []).append(f"“{name}” is the name of a model; an alias cannot shadow it.")
+        errors.add("name", f"“{name}” is the name of a model; an alias cannot shadow it.")
     model = _model_named(errors, "model", data.model, label="Model")
-    raise_if_errors(errors)
+    errors.raise_if_any()
     return {"name": name, "model": model}
 
 
@@ -195,20 +185,14 @@ def alias_validate(*, data: AliasInput, alias: Alias | None = None) -> None:
     _alias_validate(data, exclude_pk=alias.pk if alias else None)
 
 
-def _alias_unique_violation() -> ValidationFailed:
-    message = "Another alias with this name was saved at the same time; choose another name."
-    return ValidationFailed(message, errors={"name": [message]})
+_ALIAS_TAKEN = "Another alias with this name was saved at the same time; choose another name."
 
 
 @transaction.atomic
-def alias_create(*, actor: Any, data: AliasInput) -> Alias:
+def alias_create(*, actor: Actor, data: AliasInput) -> Alias:
     """Create an alias naming a catalog model; its name must not be a model's name."""
     alias = Alias(**_alias_validate(data, exclude_pk=None))
-    try:
-        with transaction.atomic():
-            alias.save()
-    except IntegrityError:
-        raise _alias_unique_violation() from None
+    save_unique(alias, field="name", message=_ALIAS_TAKEN)
     audit_record(
         actor=actor,
         action="alias.create",
@@ -222,17 +206,13 @@ def alias_create(*, actor: Any, data: AliasInput) -> Alias:
 
 
 @transaction.atomic
-def alias_update(*, actor: Any, alias: Alias, data: AliasInput) -> Alias:
+def alias_update(*, actor: Actor, alias: Alias, data: AliasInput) -> Alias:
     """Rename an alias or point it at another model."""
     fields = _alias_validate(data, exclude_pk=alias.pk)
     before = _alias_snapshot(alias)
     for name, value in fields.items():
         setattr(alias, name, value)
-    try:
-        with transaction.atomic():
-            alias.save()
-    except IntegrityError:
-        raise _alias_unique_violation() from None
+    save_unique(alias, field="name", message=_ALIAS_TAKEN)
     audit_changes(
         actor=actor,
         action="alias.update",
@@ -247,7 +227,7 @@ def alias_update(*, actor: Any, alias: Alias, data: AliasInput) -> Alias:
 
 
 @transaction.atomic
-def alias_delete(*, actor: Any, alias: Alias) -> None:
+def alias_delete(*, actor: Actor, alias: Alias) -> None:
     """Delete an alias."""
     snapshot, pk = _alias_snapshot(alias), alias.pk
     alias.delete()
@@ -277,56 +257,55 @@ class GuardrailInput:
 def _guardrail_snapshot(guardrail: Guardrail) -> dict[str, Any]:
     return {
         "name": guardrail.name,
-        "model": guardrail.model.name if guardrail.model_id else None,
+        "model": guardrail.model.name if guardrail.model is not None else None,
         "action": guardrail.action,
-        "target_model": guardrail.target_model.name if guardrail.target_model_id else None,
+        "target_model": guardrail.target_model.name if guardrail.target_model is not None else None,
         "message": guardrail.message,
         "scope": {"type": guardrail.scope_type, "id": guardrail.scope_id},
         "enabled": guardrail.enabled,
     }
 
 
-def _optional_model_named(errors: Errors, field_name: str, value: str | None) -> LlmModel | None:
+def _optional_model_named(errors: FieldErrors, field_name: str, value: str | None) -> LlmModel | None:
     name = (value or "").strip()
     if not name:
         return None
     model = LlmModel.objects.filter(name=name).first()
     if model is None:
-        errors.setdefault(field_name, []).append(f"Unknown model “{name}”.")
+        errors.add(field_name, f"Unknown model “{name}”.")
     return model
 
 
 def _guardrail_validate(data: GuardrailInput) -> dict[str, Any]:
     """Check every rule and collect all field errors before raising."""
-    errors: Errors = {}
+    errors = FieldErrors()
     name = (data.name or "").strip()
     if not name:
-        errors["name"] = ["Guardrail name is required and cannot be only whitespace."]
+        errors.add("name", "Guardrail name is required and cannot be only whitespace.")
     elif has_control_characters(name):
-        errors["name"] = [CONTROL_CHARACTERS_MESSAGE]
+        errors.add("name", CONTROL_CHARACTERS_MESSAGE)
     elif len(name) > GUARDRAIL_NAME_MAX:
-        errors["name"] = [f"Guardrail name is at most {GUARDRAIL_NAME_MAX} characters."]
+        errors.add("name", f"Guardrail name is at most {GUARDRAIL_NAME_MAX} characters.")
     if data.action not in GuardrailAction.values:
-        errors["action"] = [f"Action must be one of: {', '.join(GuardrailAction.values)}."]
+        errors.add("action", f"Action must be one of: {', '.join(GuardrailAction.values)}.")
     model = _optional_model_named(errors, "model", data.model)
     target = _optional_model_named(errors, "target_model", data.target_model)
     message = (data.message or "").strip()
     if len(message) > GUARDRAIL_MESSAGE_MAX:
-        errors.setdefault("message", []).append(f"Message is at most {GUARDRAIL_MESSAGE_MAX} characters.")
+        errors.add("message", f"Message is at most {GUARDRAIL_MESSAGE_MAX} characters.")
     if data.action == GuardrailAction.REWRITE:
         if not (data.target_model or "").strip():
-            errors.setdefault("target_model", []).append("A rewrite guardrail needs the model to call instead.")
+            errors.add("target_model", "A rewrite guardrail needs the model to call instead.")
         elif model is not None and target is not None and model.pk == target.pk:
-            errors.setdefault("target_model", []).append("Target model must differ from the model it rewrites.")
+            errors.add("target_model", "Target model must differ from the model it rewrites.")
     if data.action == GuardrailAction.DENY and not message:
-        errors.setdefault("message", []).append("Say why the request is refused; the client sees this message.")
+        errors.add("message", "Say why the request is refused; the client sees this message.")
     scope: Scope | None = None
     try:
         scope = scope_validate(scope_type=data.scope_type, scope_id=data.scope_id)
     except ValidationFailed as exc:
-        for field_name, messages in exc.errors.items():
-            errors.setdefault(field_name, []).extend(messages)
-    raise_if_errors(errors)
+        errors.extend(exc.errors)
+    errors.raise_if_any()
     assert scope is not None
     return {
         "name": name,
@@ -346,7 +325,7 @@ def guardrail_validate(*, data: GuardrailInput) -> None:
 
 
 @transaction.atomic
-def guardrail_create(*, actor: Any, data: GuardrailInput) -> Guardrail:
+def guardrail_create(*, actor: Actor, data: GuardrailInput) -> Guardrail:
     """Create a guardrail: deny needs a message, rewrite a target model other than the matched one."""
     guardrail = Guardrail(**_guardrail_validate(data))
     guardrail.save()
@@ -363,7 +342,7 @@ def guardrail_create(*, actor: Any, data: GuardrailInput) -> Guardrail:
 
 
 @transaction.atomic
-def guardrail_update(*, actor: Any, guardrail: Guardrail, data: GuardrailInput) -> Guardrail:
+def guardrail_update(*, actor: Actor, guardrail: Guardrail, data: GuardrailInput) -> Guardrail:
     """Replace a guardrail's fields; audit the changed ones."""
     fields = _guardrail_validate(data)
     before = _guardrail_snapshot(guardrail)
@@ -384,7 +363,7 @@ def guardrail_update(*, actor: Any, guardrail: Guardrail, data: GuardrailInput) 
 
 
 @transaction.atomic
-def guardrail_delete(*, actor: Any, guardrail: Guardrail) -> None:
+def guardrail_delete(*, actor: Actor, guardrail: Guardrail) -> None:
     """Delete a guardrail; the audit event keeps a full snapshot."""
     snapshot, pk = _guardrail_snapshot(guardrail), guardrail.pk
     guardrail.delete()

@@ -1,10 +1,14 @@
-"""Shared fixtures: the role cast (admin, bi_read_only, user, anonymous) and the Redis URL."""
+"""Shared fixtures: the role cast (admin, bi_read_only, user, anonymous), the Redis URL, and the catalogs
+more than one folder builds."""
 
 import os
 
 import pytest
 from django.contrib.auth.models import Group
 from django.test import Client
+
+from tests.factories import LlmModelFactory, ProviderFactory
+from tests.faults import FaultProxy
 
 # Playwright's sync API runs an event loop in the test thread; the ORM calls in
 # browser tests would otherwise raise SynchronousOnlyOperation. Tests only.
@@ -81,3 +85,33 @@ def redis_url() -> str:
     client = redis.Redis.from_url(TEST_REDIS_URL)
     client.ping()
     return TEST_REDIS_URL
+
+
+@pytest.fixture
+def redis_proxy(redis_url):
+    """A fault proxy in front of the real Redis, restored before teardown so open connections can finish."""
+    with FaultProxy.for_redis(redis_url) as proxy:
+        yield proxy
+        proxy.restore()
+
+
+@pytest.fixture
+def catalog(db):
+    """Two providers and four models: gpt-4o and gpt-4o-mini (openai), claude-sonnet (anthropic), gemini-pro."""
+    openai = ProviderFactory(name="openai")
+    anthropic = ProviderFactory(name="anthropic", protocol="anthropic")
+    return {
+        "openai": openai,
+        "anthropic": anthropic,
+        "gpt-4o": LlmModelFactory(name="gpt-4o", provider=openai),
+        "gpt-4o-mini": LlmModelFactory(name="gpt-4o-mini", provider=openai),
+        "claude-sonnet": LlmModelFactory(name="claude-sonnet", provider=anthropic),
+        "gemini-pro": LlmModelFactory(name="gemini-pro"),
+    }
+
+
+@pytest.fixture
+def health_catalog(db):
+    """The Provider Health page's two circuits: gpt-4o on openai and claude-haiku on anthropic."""
+    LlmModelFactory(name="gpt-4o", provider=ProviderFactory(name="openai"))
+    LlmModelFactory(name="claude-haiku", provider=ProviderFactory(name="anthropic"))

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from gateway.snapshot import ProviderInfo
-from gateway.upstream.transport import FastTransport
+from gateway.upstream.transport import FastTransport, RequestBody
 
 
 class UpstreamError(Exception):
@@ -39,8 +39,8 @@ class Adapter(ABC):
         self.transport = transport
 
     @abstractmethod
-    async def chat(self, body: bytes, *, stream: bool) -> UpstreamResponse:
+    async def chat(self, body: bytes | RequestBody, *, stream: bool) -> UpstreamResponse:
         """Send an OpenAI-shaped chat request; answer in OpenAI shape. Raises UpstreamError.
 
-        `body` may be a transport.RequestBody (same length): the transport drops it once written.
+        `body` may be a RequestBody (same length): the transport drops it once written.
         """

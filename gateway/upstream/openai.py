@@ -10,7 +10,7 @@ import httpx
 from core.crypto import ROTATION_FIX, credential_unavailable_message
 from gateway.snapshot import ProviderInfo
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
-from gateway.upstream.transport import FastTransport, RawResponse, origin_of
+from gateway.upstream.transport import FastTransport, RawResponse, RequestBody, origin_of
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +42,7 @@ class OpenAIAdapter(Adapter):
             head += f"Authorization: Bearer {_header_safe(provider.api_key)}\r\n"
         self._head = head.encode()
 
-    async def chat(self, body: bytes, *, stream: bool) -> UpstreamResponse:
+    async def chat(self, body: bytes | RequestBody, *, stream: bool) -> UpstreamResponse:
         name = self.provider.name
         if self._undecryptable:
             log.error("Provider %s: its stored API key cannot be decrypted; not calling it. %s", name, ROTATION_FIX)

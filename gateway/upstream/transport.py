@@ -1,11 +1,13 @@
-"""A lean HTTP/1.1 keep-alive transport for httpx, on asyncio protocols and httptools.
+"""A lean HTTP/1.1 keep-alive transport on asyncio protocols and httptools.
 
 Why: httpx's default transport (httpcore on anyio) costs about 1 ms of CPU per call on
-this class of machine (measured: bench/transport.py), more than the whole gateway budget.
-This transport keeps httpx's API (clients, requests, responses, exceptions) and does the
-wire work with one buffered write per request, a C parser for responses, and a LIFO pool
-of idle connections per origin. It speaks only what upstream LLM APIs need: HTTP/1.1,
-Content-Length or chunked responses, keep-alive, TLS.
+this class of machine (measured through the gateway, see docs/decisions.md), more than the
+whole gateway budget. The gateway's adapters call `send_raw()` with a pre-built request head,
+skipping httpx's request and response models; httpx's exceptions are kept, and the class is
+also an `httpx.AsyncBaseTransport`, so any httpx client can use it. The wire work is one
+buffered write per request, a C parser for responses, and a LIFO pool of idle connections per
+origin. It speaks only what upstream LLM APIs need: HTTP/1.1, Content-Length or chunked
+responses, keep-alive, TLS.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ class _Connection(asyncio.Protocol):
 
     # -- asyncio.Protocol ---------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = transport  # type: ignore[assignment]  # a stream connection's is a Transport
 
     def data_received(self, data: bytes) -> None:
         self.received_any = True

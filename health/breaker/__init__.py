@@ -9,7 +9,7 @@ Usage on the request path:
 """
 
 from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine, BreakerUnavailable
-from health.breaker.factory import build_engine, get_engine, peek_engine, use_engine
+from health.breaker.factory import build_engine, get_engine, peek_engine, set_config_source, use_engine
 from health.breaker.memory import MemoryEngine
 from health.breaker.types import (
     DEFAULT_FAILURE_STATUS_CODES,
@@ -50,5 +50,6 @@ __all__ = [
     "classify",
     "get_engine",
     "peek_engine",
+    "set_config_source",
     "use_engine",
 ]

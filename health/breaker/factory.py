@@ -1,4 +1,9 @@
-"""The process-wide engine for the current settings, and a way for tests to install their own."""
+"""The process-wide engine for the current settings, and a way for tests to install their own.
+
+The engine knows nothing of where its thresholds are stored: the health app registers the function
+that reads them (`set_config_source`, from `HealthConfig.ready`), so this package imports none of the
+app's models or selectors.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +21,8 @@ log = logging.getLogger(__name__)
 DEFAULT_NAMESPACE = "cp:breaker"
 
 _engine: BreakerEngine | None = None
+# Reads the thresholds (the health app's breaker_config_snapshot); may raise when the database is away.
+_config_source: Callable[[], ConfigSet] | None = None
 _lock = threading.Lock()
 _listening = False
 # Newest configuration version this process's in-process listener has applied (see _load_config_in_subscriber).
@@ -25,13 +32,20 @@ _config_error: str | None = None
 _config_error_lock = threading.Lock()
 
 
+def set_config_source(source: Callable[[], ConfigSet]) -> None:
+    """Register the function that reads the thresholds (from the database); called once at app start."""
+    global _config_source
+    _config_source = source
+
+
 def _read_config() -> ConfigSet | None:
     """Thresholds from the database; None when it cannot be read (logged once per distinct error)."""
     global _config_error
-    from health.selectors import breaker_config_snapshot
-
     try:
-        config = breaker_config_snapshot()
+        source = _config_source
+        if source is None:
+            raise RuntimeError("no breaker configuration source registered")
+        config = source()
     except Exception as exc:  # noqa: BLE001 - no database must not stop the breaker
         message = f"{type(exc).__name__}: {exc}".strip()
         with _config_error_lock:
@@ -92,9 +106,9 @@ def build_engine(
             config=config,
             config_channel=config_channel,
             config_loader=config_loader,
-            **extra,  # type: ignore[arg-type]
+            **extra,
         )
-    return MemoryEngine(clock=clock, config=config, **extra)  # type: ignore[arg-type]
+    return MemoryEngine(clock=clock, config=config, **extra)
 
 
 def _on_config_change(version: int) -> None:
@@ -158,8 +172,3 @@ def use_engine(engine: BreakerEngine) -> Iterator[BreakerEngine]:
     finally:
         with _lock:
             _engine = previous
-
-
-def engine_apply_config() -> None:
-    """Reload the thresholds into this process's engine now (services call it on commit)."""
-    _on_config_change(0)

@@ -335,7 +335,7 @@ class RedisEngine(BreakerEngine):
 
     def _evalsha_on(self, conn: Any, script: str, keys: list[str], args: list[str]) -> list[str]:
         conn.send_command("EVALSHA", self._shas[script], len(keys), *keys, *args)
-        return self._fast.parse_response(conn, "EVALSHA")  # type: ignore[no-any-return]
+        return self._fast.parse_response(conn, "EVALSHA")  # type: ignore[no-any-return]  # redis: Any
 
     def _on_late(self, provider: str, model: str, gen: int) -> None:
         """A grant refused as late: hold the circuit locally for a while and re-measure the clock offset.
@@ -381,11 +381,13 @@ class RedisEngine(BreakerEngine):
         client = self._client
         keys = self._keys(provider, model)
         args = self._args(provider, model, *extra)
+        reply: list[str]  # the scripts return arrays of strings (decode_responses)
         try:
-            return client.evalsha(self._shas[script], len(keys), *keys, *args)  # type: ignore[return-value]
+            reply = client.evalsha(self._shas[script], len(keys), *keys, *args)
         except (NoScriptError, KeyError):
             self._load_scripts()  # Redis restarted or flushed its script cache
-            return client.evalsha(self._shas[script], len(keys), *keys, *args)  # type: ignore[return-value]
+            reply = client.evalsha(self._shas[script], len(keys), *keys, *args)
+        return reply
 
     def _mirror_update(self, provider: str, model: str, fields: _Fields) -> None:
         key = (provider, model)
@@ -469,7 +471,7 @@ class RedisEngine(BreakerEngine):
         self._release_abandoned()
         started_seq = self._update_seq
         self._measure_offset()
-        members = sorted(self._client.smembers(self._registry))  # type: ignore[arg-type]
+        members = sorted(self._client.smembers(self._registry))
         pairs = [tuple(json.loads(m)) for m in members]
         pipe = self._client.pipeline(transaction=False)
         for provider, model in pairs:
@@ -749,7 +751,7 @@ class RedisEngine(BreakerEngine):
         return self._local_engine().list_circuits()
 
     def _list_from_redis(self) -> list[CircuitSnapshot]:
-        pairs = sorted(tuple(json.loads(m)) for m in self._client.smembers(self._registry))  # type: ignore[union-attr]
+        pairs = sorted(tuple(json.loads(m)) for m in self._client.smembers(self._registry))
         if not pairs:
             return []
         pipe = self._client.pipeline(transaction=False)

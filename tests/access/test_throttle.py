@@ -11,8 +11,8 @@ from rest_framework.test import APIClient
 from access.forms import LOCKED_MESSAGE
 from access.models import AuthThrottle
 from audit.models import AuditEvent
-from catalog.services import console_token_create
 from catalog.authentication import TOKEN_LOCKED_MESSAGE
+from catalog.services import console_token_create
 from tests.conftest import PASSWORD
 
 pytestmark = pytest.mark.django_db

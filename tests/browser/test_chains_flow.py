@@ -13,7 +13,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, seria
 
 
 @pytest.fixture
-def catalog(transactional_db):
+def chain_flow_catalog(transactional_db):
     openai = ProviderFactory(name="openai")
     anthropic = ProviderFactory(name="anthropic")
     LlmModelFactory(
@@ -68,7 +68,7 @@ def settled(page: Page) -> None:
     page.wait_for_function("() => !document.querySelector('.htmx-request, .htmx-swapping, .htmx-settling')")
 
 
-def test_chain_lifecycle_through_the_console(page: Page, live_server, admin_user, catalog, console_errors):
+def test_chain_lifecycle_through_the_console(page: Page, live_server, admin_user, chain_flow_catalog, console_errors):
     page.set_default_timeout(10_000)
 
     # Log in through the form; admins land on the Fallback Chains tab.

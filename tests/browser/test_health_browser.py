@@ -14,19 +14,12 @@ from health import views as health_views
 from health.breaker import ManualClock, MemoryEngine, Outcome, State, use_engine
 from health.selectors import breaker_config_get, circuit_anchor
 from tests.conftest import PASSWORD
-from tests.factories import LlmModelFactory, ProviderFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
 
 @pytest.fixture
-def catalog(transactional_db):
-    LlmModelFactory(name="gpt-4o", provider=ProviderFactory(name="openai"))
-    LlmModelFactory(name="claude-haiku", provider=ProviderFactory(name="anthropic"))
-
-
-@pytest.fixture
-def engine(monkeypatch):
+def live_engine(monkeypatch):
     # The wall clock's current time (fixed): cooldowns and "ago" read naturally against Django's clock.
     engine = MemoryEngine(clock=ManualClock(round(time.time(), 3)))
     monkeypatch.setattr(health_views, "POLL_SECONDS", 1)
@@ -52,11 +45,13 @@ def row(page: Page, provider: str, model: str):
     return page.locator(f"#circuit-row-{circuit_anchor(provider, model)}")
 
 
-def test_reset_and_configure_through_the_console(page: Page, live_server, admin_user, catalog, engine, console_errors):
+def test_reset_and_configure_through_the_console(
+    page: Page, live_server, admin_user, health_catalog, live_engine, console_errors
+):
     page.set_default_timeout(10_000)
-    record(engine, "openai", "gpt-4o", [Outcome.of_status(503)] * 10)
-    record(engine, "anthropic", "claude-haiku", [Outcome.of_status(200)])
-    assert engine.get("openai", "gpt-4o").state is State.OPEN
+    record(live_engine, "openai", "gpt-4o", [Outcome.of_status(503)] * 10)
+    record(live_engine, "anthropic", "claude-haiku", [Outcome.of_status(200)])
+    assert live_engine.get("openai", "gpt-4o").state is State.OPEN
 
     log_in(page, live_server, admin_user.username)
     gpt = row(page, "openai", "gpt-4o")
@@ -79,7 +74,7 @@ def test_reset_and_configure_through_the_console(page: Page, live_server, admin_
     # Open again; the table keeps refreshing underneath (new traffic shows up) and the dialog stays open.
     reset_link.click()
     expect(dialog).to_be_visible()
-    record(engine, "anthropic", "claude-haiku", [Outcome.of_status(500)] * 3)
+    record(live_engine, "anthropic", "claude-haiku", [Outcome.of_status(500)] * 3)
     expect(haiku.locator("td[data-label='Failures']")).to_have_text("3 / 4 in window")
     expect(dialog).to_be_visible()
     expect(dialog.get_by_role("heading")).to_have_text("Reset openai / gpt-4o?")
@@ -91,7 +86,7 @@ def test_reset_and_configure_through_the_console(page: Page, live_server, admin_
     expect(gpt.locator("td[data-label='Cooldown']")).to_have_text("—")
     expect(page.get_by_role("status").get_by_text("Circuit openai / gpt-4o reset: Open → Closed.")).to_be_visible()
     expect(reset_link).to_be_focused()
-    assert engine.get("openai", "gpt-4o").state is State.CLOSED
+    assert live_engine.get("openai", "gpt-4o").state is State.CLOSED
 
     # Configure: an error keeps the dialog open with the input and an inline message; a fix saves and closes.
     page.get_by_role("link", name="Configure thresholds").click()
@@ -116,7 +111,7 @@ def test_reset_and_configure_through_the_console(page: Page, live_server, admin_
     ).to_be_visible()
     expect(page.get_by_role("link", name="Configure thresholds")).to_be_focused()
     assert breaker_config_get().failure_threshold == 3
-    assert engine.config.default.failure_threshold == 3
+    assert live_engine.config.default.failure_threshold == 3
 
     # Reopened, the editor shows the saved value, not the earlier error.
     page.get_by_role("link", name="Configure thresholds").click()
@@ -133,9 +128,11 @@ def test_reset_and_configure_through_the_console(page: Page, live_server, admin_
     assert console_errors == []
 
 
-def test_override_add_and_delete_in_the_dialog(page: Page, live_server, admin_user, catalog, engine, console_errors):
+def test_override_add_and_delete_in_the_dialog(
+    page: Page, live_server, admin_user, health_catalog, live_engine, console_errors
+):
     page.set_default_timeout(10_000)
-    record(engine, "openai", "gpt-4o", [Outcome.of_status(200)])
+    record(live_engine, "openai", "gpt-4o", [Outcome.of_status(200)])
 
     log_in(page, live_server, admin_user.username)
     page.get_by_role("link", name="Configure thresholds").click()

@@ -9,11 +9,11 @@ from catalog.enums import ScopeType
 from catalog.models import Agent, Application, Provider, Team
 from catalog.services import api_key_revoke, user_delete
 from core.errors import ConflictError
-from routing.models import Guardrail
 from tests.factories import (
     AgentFactory,
     ApplicationFactory,
     ChainFactory,
+    GuardrailFactory,
     RoutingRuleFactory,
     TeamFactory,
     UserFactory,
@@ -75,8 +75,8 @@ def test_admin_refuses_deleting_an_application_a_routing_rule_is_scoped_to(admin
 
 def test_admin_refuses_deleting_an_agent_a_guardrail_is_scoped_to(admin_client):
     agent = AgentFactory(name="triage-bot")
-    Guardrail.objects.create(
-        name="No gpt-4o", action="deny", message="Too expensive.", scope_type="agent", scope_id=agent.pk
+    GuardrailFactory(
+        name="No gpt-4o", model=None, action="deny", message="Too expensive.", scope_type="agent", scope_id=agent.pk
     )
 
     response = admin_client.post(f"/admin/catalog/agent/{agent.pk}/delete/", {"post": "yes"}, follow=True)

@@ -10,10 +10,10 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from audit.models import AuditEvent
+from catalog.authentication import ConsoleTokenAuthentication
 from catalog.keys import key_hash
 from catalog.models import ConsoleToken
 from catalog.services import console_token_create, console_token_revoke
-from catalog.authentication import ConsoleTokenAuthentication
 from core.errors import ValidationFailed
 from tests.factories.keys import make_key
 

@@ -30,7 +30,21 @@ def test_seed_demo_loads_once_and_prints_admin_password(capsys, settings, tmp_pa
     )
     assert counts == (4, 6, 1, 2, 2)
     actions = list(AuditEvent.objects.order_by("id").values_list("action", flat=True))
-    assert actions == ["chain.create", "chain.create", "api_key.create"]
+    # Written through the services: every object is audited, in creation order.
+    assert actions == [
+        *["provider.create"] * 4,
+        *["model.create"] * 6,
+        "team.create",
+        "team.create",
+        "application.create",
+        "agent.create",
+        "routing_rule.create",
+        "alias.create",
+        "alias.create",
+        "chain.create",
+        "chain.create",
+        "api_key.create",
+    ]
     call_command("verify_audit")
 
 

@@ -12,7 +12,7 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def models():
+def chain_models():
     return {
         "src": LlmModelFactory(name="gpt-4o"),
         "a": LlmModelFactory(name="claude-sonnet"),
@@ -33,7 +33,7 @@ def make_input(**overrides) -> ChainInput:
     return ChainInput(**base)
 
 
-def test_chain_create_writes_entries_in_order_and_audits(models, admin_user):
+def test_chain_create_writes_entries_in_order_and_audits(chain_models, admin_user):
     chain = chain_create(actor=admin_user, data=make_input())
 
     assert [e.model.name for e in chain.entries.all()] == ["claude-sonnet", "gemini-pro"]
@@ -65,7 +65,7 @@ def test_chain_create_writes_entries_in_order_and_audits(models, admin_user):
         ({"scope_type": "galaxy"}, "scope"),
     ],
 )
-def test_chain_create_refuses_invalid_input_and_saves_nothing(models, admin_user, overrides, field):
+def test_chain_create_refuses_invalid_input_and_saves_nothing(chain_models, admin_user, overrides, field):
     with pytest.raises(ValidationFailed) as exc:
         chain_create(actor=admin_user, data=make_input(**overrides))
 
@@ -85,7 +85,7 @@ def test_chain_create_refuses_more_than_ten_entries(admin_user):
     assert exc.value.errors["entries"] == ["A chain has at most 10 entries (got 11)."]
 
 
-def test_chain_create_allows_source_model_via_another_provider(models, admin_user):
+def test_chain_create_allows_source_model_via_another_provider(chain_models, admin_user):
     azure = ProviderFactory(name="azure")
 
     chain = chain_create(actor=admin_user, data=make_input(entries=[EntryInput("gpt-4o", "azure")]))
@@ -93,7 +93,7 @@ def test_chain_create_allows_source_model_via_another_provider(models, admin_use
     assert [(e.model.name, e.provider) for e in chain.entries.all()] == [("gpt-4o", azure)]
 
 
-def test_chain_create_refuses_second_chain_for_same_source_and_scope(models, admin_user):
+def test_chain_create_refuses_second_chain_for_same_source_and_scope(chain_models, admin_user):
     chain_create(actor=admin_user, data=make_input())
 
     with pytest.raises(ValidationFailed) as exc:
@@ -103,7 +103,7 @@ def test_chain_create_refuses_second_chain_for_same_source_and_scope(models, adm
     assert FallbackChain.objects.count() == 1
 
 
-def test_chain_create_same_source_in_other_scope_is_allowed(models, admin_user):
+def test_chain_create_same_source_in_other_scope_is_allowed(chain_models, admin_user):
     team = TeamFactory()
     chain_create(actor=admin_user, data=make_input())
 
@@ -112,7 +112,7 @@ def test_chain_create_same_source_in_other_scope_is_allowed(models, admin_user):
     assert (chain.scope_type, chain.scope_id) == ("team", team.pk)
 
 
-def test_chain_update_with_stale_version_is_refused(models, admin_user):
+def test_chain_update_with_stale_version_is_refused(chain_models, admin_user):
     chain = chain_create(actor=admin_user, data=make_input())
     chain_update(actor=admin_user, chain_id=chain.pk, version=1, data=make_input(name="Renamed"))
 
@@ -125,7 +125,7 @@ def test_chain_update_with_stale_version_is_refused(models, admin_user):
     assert "changed by someone else" in exc.value.message
 
 
-def test_chain_update_audits_only_changed_fields(models, admin_user):
+def test_chain_update_audits_only_changed_fields(chain_models, admin_user):
     chain = chain_create(actor=admin_user, data=make_input())
 
     chain_update(
@@ -145,7 +145,9 @@ def test_chain_update_audits_only_changed_fields(models, admin_user):
     }
 
 
-def test_chain_update_that_changes_nothing_keeps_the_version(models, admin_user, django_capture_on_commit_callbacks):
+def test_chain_update_that_changes_nothing_keeps_the_version(
+    chain_models, admin_user, django_capture_on_commit_callbacks
+):
     chain = chain_create(actor=admin_user, data=make_input())
 
     with django_capture_on_commit_callbacks() as callbacks:
@@ -159,7 +161,7 @@ def test_chain_update_that_changes_nothing_keeps_the_version(models, admin_user,
     assert callbacks == []
 
 
-def test_chain_update_after_a_no_op_accepts_the_same_version(models, admin_user):
+def test_chain_update_after_a_no_op_accepts_the_same_version(chain_models, admin_user):
     chain = chain_create(actor=admin_user, data=make_input())
     chain_update(actor=admin_user, chain_id=chain.pk, version=1, data=make_input())
 
@@ -169,7 +171,7 @@ def test_chain_update_after_a_no_op_accepts_the_same_version(models, admin_user)
     assert list(AuditEvent.objects.order_by("id").values_list("action", flat=True)) == ["chain.create", "chain.update"]
 
 
-def test_chain_update_invalid_leaves_chain_untouched(models, admin_user):
+def test_chain_update_invalid_leaves_chain_untouched(chain_models, admin_user):
     chain = chain_create(actor=admin_user, data=make_input())
 
     with pytest.raises(ValidationFailed):
@@ -181,7 +183,7 @@ def test_chain_update_invalid_leaves_chain_untouched(models, admin_user):
     assert AuditEvent.objects.count() == 1
 
 
-def test_chain_toggle_and_delete_are_audited(models, admin_user):
+def test_chain_toggle_and_delete_are_audited(chain_models, admin_user):
     chain = chain_create(actor=admin_user, data=make_input())
 
     chain_set_enabled(actor=admin_user, chain_id=chain.pk, enabled=False)

@@ -49,44 +49,6 @@ def error_text(response, field_id: str) -> list[str]:
     return re.findall(rf'<span class="error" id="{re.escape(field_id)}-error">(.*?)</span>', html)
 
 
-@pytest.fixture
-def catalog(db):
-    """A source model with vision, two cheaper text models, an expensive one, and a spare provider."""
-    openai = ProviderFactory(name="openai")
-    anthropic = ProviderFactory(name="anthropic")
-    ProviderFactory(name="bedrock")
-    return {
-        "source": LlmModelFactory(
-            name="gpt-4o",
-            provider=openai,
-            capabilities=["text", "vision"],
-            input_price_per_mtok=5,
-            output_price_per_mtok=15,
-        ),
-        "mini": LlmModelFactory(
-            name="gpt-4o-mini",
-            provider=openai,
-            capabilities=["text", "vision"],
-            input_price_per_mtok=1,
-            output_price_per_mtok=3,
-        ),
-        "haiku": LlmModelFactory(
-            name="claude-haiku",
-            provider=anthropic,
-            capabilities=["text"],
-            input_price_per_mtok=1,
-            output_price_per_mtok=1,
-        ),
-        "opus": LlmModelFactory(
-            name="claude-opus",
-            provider=anthropic,
-            capabilities=["text", "vision"],
-            input_price_per_mtok=15,
-            output_price_per_mtok=45,
-        ),
-    }
-
-
 def form_data(**overrides) -> dict[str, str]:
     data = {
         "name": "gpt-4o fallback",
@@ -201,9 +163,9 @@ def _console_requests(chain) -> list[tuple[str, str, dict]]:
 
 
 @pytest.mark.parametrize("index", range(9))
-def test_role_matrix_for_every_fallback_url(role_client, catalog, index):
+def test_role_matrix_for_every_fallback_url(role_client, chain_catalog, index):
     role, client = role_client
-    chain = ChainFactory(name="target", source_model=catalog["haiku"], entries=[catalog["mini"]])
+    chain = ChainFactory(name="target", source_model=chain_catalog["haiku"], entries=[chain_catalog["mini"]])
     method, url, data = _console_requests(chain)[index]
 
     response = getattr(client, method)(url, data)
@@ -302,10 +264,10 @@ def test_empty_list_says_what_to_do(admin_client):
     assert '<a href="/fallback/chains/new/">Add Chain</a>' in html
 
 
-def test_search_is_multi_word_and_over_name_and_source(admin_client, catalog):
-    hit = ChainFactory(name="payments primary", source_model=catalog["source"], entries=[catalog["mini"]])
-    ChainFactory(name="payments backup", source_model=catalog["haiku"], entries=[catalog["mini"]])
-    ChainFactory(name="search", source_model=catalog["opus"], entries=[catalog["mini"]])
+def test_search_is_multi_word_and_over_name_and_source(admin_client, chain_catalog):
+    hit = ChainFactory(name="payments primary", source_model=chain_catalog["source"], entries=[chain_catalog["mini"]])
+    ChainFactory(name="payments backup", source_model=chain_catalog["haiku"], entries=[chain_catalog["mini"]])
+    ChainFactory(name="search", source_model=chain_catalog["opus"], entries=[chain_catalog["mini"]])
 
     response = admin_client.get(LIST_URL, {"q": "payments gpt-4o"})
 
@@ -403,9 +365,11 @@ def test_list_query_count_does_not_grow_with_rows(admin_client, django_assert_nu
     assert f"Team: {teams[0].name}" in response.content.decode()
 
 
-def test_chain_cell_shows_order_and_full_chain_on_hover(admin_client, catalog):
+def test_chain_cell_shows_order_and_full_chain_on_hover(admin_client, chain_catalog):
     bedrock = ProviderFactory(name="bedrock")
-    chain = ChainFactory(name="c", source_model=catalog["source"], entries=[catalog["mini"], catalog["haiku"]])
+    chain = ChainFactory(
+        name="c", source_model=chain_catalog["source"], entries=[chain_catalog["mini"], chain_catalog["haiku"]]
+    )
     entry = chain.entries.get(position=1)
     entry.provider = bedrock
     entry.save()
@@ -419,8 +383,10 @@ def test_chain_cell_shows_order_and_full_chain_on_hover(admin_client, catalog):
     ) in html
 
 
-def test_user_supplied_strings_are_escaped(admin_client, catalog):
-    ChainFactory(name="<script>alert(1)</script>", source_model=catalog["source"], entries=[catalog["mini"]])
+def test_user_supplied_strings_are_escaped(admin_client, chain_catalog):
+    ChainFactory(
+        name="<script>alert(1)</script>", source_model=chain_catalog["source"], entries=[chain_catalog["mini"]]
+    )
 
     list_html = admin_client.get(LIST_URL).content.decode()
     chain = FallbackChain.objects.get()
@@ -527,7 +493,7 @@ def test_delete_without_htmx_redirects_with_a_message(admin_client):
 # ---------- Editor ----------
 
 
-def test_create_page_full_with_source_select_and_one_entry(admin_client, catalog):
+def test_create_page_full_with_source_select_and_one_entry(admin_client, chain_catalog):
     response = admin_client.get(reverse("chains:create"))
 
     html = response.content.decode()
@@ -540,7 +506,7 @@ def test_create_page_full_with_source_select_and_one_entry(admin_client, catalog
     assert '<input type="checkbox" id="id_enabled" name="enabled" hx-preserve="true" checked>' in html
 
 
-def test_create_saves_entries_in_posted_order_and_redirects(admin_client, catalog):
+def test_create_saves_entries_in_posted_order_and_redirects(admin_client, chain_catalog):
     # Field order is the on-screen order; the index only pairs a model with its provider.
     data = [
         ("name", "gpt-4o fallback"),
@@ -567,7 +533,7 @@ def test_create_saves_entries_in_posted_order_and_redirects(admin_client, catalo
     assert list(AuditEvent.objects.values_list("action", flat=True)) == ["chain.create"]
 
 
-def test_create_with_team_scope(admin_client, catalog):
+def test_create_with_team_scope(admin_client, chain_catalog):
     team = TeamFactory(name="payments")
 
     admin_client.post(reverse("chains:create"), form_data(scope_type="team", scope_id=str(team.pk), enabled=None))
@@ -613,7 +579,7 @@ SUMMARY_ANCHORS = {
         ({"scope_type": "team", "scope_id": "abc"}, "id_scope_id", "Target id must be an integer."),
     ],
 )
-def test_validation_errors_inline_and_in_summary(admin_client, catalog, overrides, field_id, message):
+def test_validation_errors_inline_and_in_summary(admin_client, chain_catalog, overrides, field_id, message):
     response = admin_client.post(reverse("chains:create"), form_data(**overrides))
 
     html = response.content.decode()
@@ -625,7 +591,7 @@ def test_validation_errors_inline_and_in_summary(admin_client, catalog, override
     assert 'value="gpt-4o fallback"' in html or "name" in overrides
 
 
-def test_no_entries_is_refused_inline(admin_client, catalog):
+def test_no_entries_is_refused_inline(admin_client, chain_catalog):
     response = admin_client.post(
         reverse("chains:create"), form_data(**{"entries-0-model": None, "entries-1-model": None})
     )
@@ -635,7 +601,7 @@ def test_no_entries_is_refused_inline(admin_client, catalog):
     assert FallbackChain.objects.count() == 0
 
 
-def test_more_than_ten_entries_is_refused_inline(admin_client, catalog):
+def test_more_than_ten_entries_is_refused_inline(admin_client, chain_catalog):
     extra = {f"entries-{i}-model": LlmModelFactory().name for i in range(11)}
 
     response = admin_client.post(reverse("chains:create"), form_data(**extra))
@@ -646,8 +612,8 @@ def test_more_than_ten_entries_is_refused_inline(admin_client, catalog):
     )
 
 
-def test_second_chain_for_same_source_and_scope_is_refused(admin_client, catalog):
-    ChainFactory(name="existing", source_model=catalog["source"], entries=[catalog["mini"]])
+def test_second_chain_for_same_source_and_scope_is_refused(admin_client, chain_catalog):
+    ChainFactory(name="existing", source_model=chain_catalog["source"], entries=[chain_catalog["mini"]])
 
     response = admin_client.post(reverse("chains:create"), form_data())
 
@@ -656,8 +622,8 @@ def test_second_chain_for_same_source_and_scope_is_refused(admin_client, catalog
     ]
 
 
-def test_warnings_are_shown_in_amber_and_do_not_block(admin_client, catalog):
-    RoutingRuleFactory(name="cheap-route", source_model=catalog["source"], target_model=catalog["mini"])
+def test_warnings_are_shown_in_amber_and_do_not_block(admin_client, chain_catalog):
+    RoutingRuleFactory(name="cheap-route", source_model=chain_catalog["source"], target_model=chain_catalog["mini"])
     data = form_data(**{"entries-1-model": "claude-haiku"})
 
     preview = admin_client.post(reverse("chains:create"), {**data, "op": "refresh"}, headers=HX)
@@ -674,7 +640,7 @@ def test_warnings_are_shown_in_amber_and_do_not_block(admin_client, catalog):
     assert FallbackChain.objects.count() == 1
 
 
-def test_refresh_over_htmx_returns_the_form_partial_with_cost_hints(admin_client, catalog):
+def test_refresh_over_htmx_returns_the_form_partial_with_cost_hints(admin_client, chain_catalog):
     response = admin_client.post(reverse("chains:create"), {**form_data(), "op": "refresh"}, headers=HX)
 
     html = response.content.decode()
@@ -686,7 +652,7 @@ def test_refresh_over_htmx_returns_the_form_partial_with_cost_hints(admin_client
     assert FallbackChain.objects.count() == 0
 
 
-def test_editing_buttons_work_without_javascript(admin_client, catalog):
+def test_editing_buttons_work_without_javascript(admin_client, chain_catalog):
     url = reverse("chains:create")
 
     added = admin_client.post(url, {**form_data(), "op": "add"})
@@ -702,8 +668,10 @@ def test_editing_buttons_work_without_javascript(admin_client, catalog):
     assert FallbackChain.objects.count() == 0
 
 
-def test_edit_prefills_and_saves_a_new_version(admin_client, catalog):
-    chain = ChainFactory(name="old", source_model=catalog["source"], entries=[catalog["mini"], catalog["opus"]])
+def test_edit_prefills_and_saves_a_new_version(admin_client, chain_catalog):
+    chain = ChainFactory(
+        name="old", source_model=chain_catalog["source"], entries=[chain_catalog["mini"], chain_catalog["opus"]]
+    )
 
     page = admin_client.get(edit_url(chain))
     response = admin_client.post(
@@ -725,8 +693,8 @@ def test_edit_prefills_and_saves_a_new_version(admin_client, catalog):
     }
 
 
-def test_stale_version_shows_conflict_and_keeps_input(admin_client, admin_user, catalog):
-    chain = ChainFactory(name="shared", source_model=catalog["source"], entries=[catalog["mini"]])
+def test_stale_version_shows_conflict_and_keeps_input(admin_client, admin_user, chain_catalog):
+    chain = ChainFactory(name="shared", source_model=chain_catalog["source"], entries=[chain_catalog["mini"]])
     chain_update(
         actor=admin_user,
         chain_id=chain.pk,

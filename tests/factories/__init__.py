@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 from catalog.enums import ScopeType
 from catalog.models import Agent, Application, LlmModel, Provider, Team
 from chains.models import ChainEntry, FallbackChain
-from routing.models import Alias, RoutingRule
+from routing.models import Alias, Guardrail, RoutingRule
 
 
 class UserFactory(factory.django.DjangoModelFactory):
@@ -81,7 +81,18 @@ class ChainFactory(factory.django.DjangoModelFactory):
     def entries(self, create, extracted, **kwargs):
         models = extracted if extracted is not None else [LlmModelFactory()]
         for i, model in enumerate(models):
-            ChainEntry.objects.create(chain=self, position=i, model=model)
+            ChainEntryFactory(chain=self, position=i, model=model)
+
+
+class ChainEntryFactory(factory.django.DjangoModelFactory):
+    """One entry of a chain at `position` (give it: positions are the chain's order)."""
+
+    class Meta:
+        model = ChainEntry
+
+    chain = factory.SubFactory(ChainFactory, entries=[])
+    position = 0
+    model = factory.SubFactory(LlmModelFactory)
 
 
 class RoutingRuleFactory(factory.django.DjangoModelFactory):
@@ -101,3 +112,16 @@ class AliasFactory(factory.django.DjangoModelFactory):
 
     name = factory.Sequence(lambda n: f"alias-{n}")
     model = factory.SubFactory(LlmModelFactory)
+
+
+class GuardrailFactory(factory.django.DjangoModelFactory):
+    """A global deny guardrail on one model; no audit event."""
+
+    class Meta:
+        model = Guardrail
+
+    name = factory.Sequence(lambda n: f"guardrail-{n}")
+    model = factory.SubFactory(LlmModelFactory)
+    action = "deny"
+    scope_type = ScopeType.GLOBAL
+    enabled = True

@@ -14,7 +14,7 @@ from gateway.logsink import LogSink
 from gateway.simulator import Simulator
 from health.breaker.factory import build_engine
 from health.breaker.types import BreakerSettings, ConfigSet, ManualClock
-from tests.factories import UserFactory
+from tests.factories import LlmModelFactory, ProviderFactory, UserFactory
 from tests.factories.keys import make_key
 from tests.servers import serve
 
@@ -52,7 +52,7 @@ def sim():
 
 
 def make_provider(name: str, url: str, path: str | None = None, **extra: Any) -> Provider:
-    return Provider.objects.create(
+    return ProviderFactory(
         name=name,
         protocol="openai",
         base_url=f"{url}/{path or name}/v1",
@@ -64,7 +64,7 @@ def make_provider(name: str, url: str, path: str | None = None, **extra: Any) ->
 
 
 def make_model(name: str, provider: Provider, price: str = "1.00") -> LlmModel:
-    return LlmModel.objects.create(
+    return LlmModelFactory(
         name=name,
         provider=provider,
         capabilities=["text"],

@@ -12,7 +12,7 @@ from chains.models import ChainEntry, FallbackChain
 from gateway.snapshot import KeyInfo, ModelInfo, Refusal, Snapshot
 from health.breaker.types import Outcome, State
 from requestlogs.models import RequestLog
-from routing.models import Alias, Guardrail
+from tests.factories import AliasFactory, ChainEntryFactory, GuardrailFactory, ProviderFactory
 from tests.gateway.conftest import make_model
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
@@ -61,12 +61,12 @@ def test_malformed_upstream_usage_is_ignored_not_fatal(gateway, world):
 
 
 def test_uncallable_chain_entry_is_skipped_without_taking_its_probe(gateway, world):
-    anthropic = Provider.objects.create(name="anth", protocol="anthropic", base_url=f"{world.sim_url}/anth/v1")
+    anthropic = ProviderFactory(name="anth", protocol="anthropic", base_url=f"{world.sim_url}/anth/v1", api_key="")
     make_model("claude-native", anthropic)
     chain = FallbackChain.objects.get()
     ChainEntry.objects.filter(chain=chain).delete()
-    ChainEntry.objects.create(chain=chain, position=0, model=LlmModel.objects.get(name="claude-native"))
-    ChainEntry.objects.create(chain=chain, position=1, model=LlmModel.objects.get(name="mistral"))
+    ChainEntryFactory(chain=chain, position=0, model=LlmModel.objects.get(name="claude-native"))
+    ChainEntryFactory(chain=chain, position=1, model=LlmModel.objects.get(name="mistral"))
     gateway.app.config.reload()
     open_primary(gateway)
 
@@ -93,8 +93,8 @@ def test_half_open_probe_reports_even_when_the_provider_is_unusable(gateway, wor
 
 def test_deny_guardrail_holds_through_an_alias(gateway, world):
     gpt = LlmModel.objects.get(name="gpt-4o")
-    Guardrail.objects.create(name="no gpt-4o", model=gpt, action="deny", message="not approved")
-    Alias.objects.create(name="smart", model=gpt)
+    GuardrailFactory(name="no gpt-4o", model=gpt, action="deny", message="not approved")
+    AliasFactory(name="smart", model=gpt)
     gateway.app.config.reload()
 
     response = post(gateway, world, {**BODY, "model": "smart"})

@@ -8,7 +8,8 @@ import redis
 
 from gateway.app import GatewayApp
 from gateway.config import ConfigHolder
-from gateway.logsink import LogSink, StreamKeys
+from gateway.logsink import LogSink
+from requestlogs.stream import StreamKeys
 from tests.requestlogs.test_ingest import database_down
 from tests.servers import serve
 

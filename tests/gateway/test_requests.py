@@ -15,8 +15,7 @@ from core.configbus import config_publish
 from gateway.config import wait_for_version
 from health.breaker.types import State
 from requestlogs.models import RequestLog
-from routing.models import Alias, Guardrail, RoutingRule
-from tests.factories import TeamFactory
+from tests.factories import AliasFactory, GuardrailFactory, RoutingRuleFactory, TeamFactory
 from tests.factories.keys import make_key
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
@@ -74,7 +73,7 @@ def test_revoked_key_is_refused_after_reload(gateway, world):
 
 
 def test_models_lists_catalog_and_aliases(gateway, world):
-    Alias.objects.create(name="smart", model=LlmModel.objects.get(name="gpt-4o"))
+    AliasFactory(name="smart", model=LlmModel.objects.get(name="gpt-4o"))
     gateway.app.config.reload()
 
     response = httpx.get(f"{gateway.url}/v1/models", headers={"authorization": f"Bearer {world.secret}"})
@@ -202,8 +201,8 @@ def test_routing_rule_alias_and_scope_precedence_pick_the_chain(gateway, world):
     gpt, claude = LlmModel.objects.get(name="gpt-4o"), LlmModel.objects.get(name="claude")
     mistral = LlmModel.objects.get(name="mistral")
     # Team callers asking for "fast" get claude (alias -> gpt-4o, team rule gpt-4o -> claude) ...
-    Alias.objects.create(name="fast", model=gpt)
-    RoutingRule.objects.create(
+    AliasFactory(name="fast", model=gpt)
+    RoutingRuleFactory(
         name="team to claude", source_model=gpt, target_model=claude, scope_type=ScopeType.TEAM, scope_id=team.pk
     )
     # ... and claude's chain for the team wins over the global one.
@@ -239,13 +238,13 @@ def test_routing_rule_alias_and_scope_precedence_pick_the_chain(gateway, world):
 
 def test_guardrail_refuses_or_rewrites(gateway, world):
     gpt, mistral = LlmModel.objects.get(name="gpt-4o"), LlmModel.objects.get(name="mistral")
-    Guardrail.objects.create(
+    GuardrailFactory(
         name="no claude",
         model=LlmModel.objects.get(name="claude"),
         action="deny",
         message="claude is not approved for this key",
     )
-    Guardrail.objects.create(name="cheap", model=gpt, action="rewrite", target_model=mistral)
+    GuardrailFactory(name="cheap", model=gpt, action="rewrite", target_model=mistral)
     gateway.app.config.reload()
 
     refused = post(gateway, world.secret, {**BODY, "model": "claude"})

@@ -5,17 +5,7 @@ import json
 import httpx
 import pytest
 
-from gateway.simulator import Simulator
-from tests.servers import serve
-
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello there"}]}
-
-
-@pytest.fixture
-def sim():
-    app = Simulator()
-    with serve(app) as url:
-        yield app, url
 
 
 def test_ok_returns_completion_with_usage(sim):

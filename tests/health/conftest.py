@@ -1,4 +1,5 @@
-"""Engines for the contract suite: one per backend, each with its own clock and Redis key namespace."""
+"""Health fixtures: the engine in use, the one-model catalog, and the contract suite's engines (one per backend,
+each with its own clock and Redis key namespace)."""
 
 import socket
 import uuid
@@ -6,9 +7,12 @@ import uuid
 import pytest
 import redis
 
-from health.breaker import BreakerSettings, ConfigSet, ManualClock, build_engine
+from health.breaker import BreakerSettings, ConfigSet, ManualClock, MemoryEngine, build_engine, use_engine
+from health.breaker.redis_backend import RedisEngine
+from tests.factories import LlmModelFactory, ProviderFactory
 
 P, M = "openai", "gpt-4o"
+T0 = 1_700_000_000.0
 
 
 def delete_namespace(url: str, namespace: str) -> None:
@@ -26,6 +30,29 @@ def closed_port_url() -> str:
     port = sock.getsockname()[1]
     sock.close()
     return f"redis://127.0.0.1:{port}/0"
+
+
+@pytest.fixture
+def engine():
+    """An in-memory engine on a hand-driven clock at T0, installed as the engine the app uses."""
+    engine = MemoryEngine(clock=ManualClock(T0))
+    with use_engine(engine):
+        yield engine
+
+
+@pytest.fixture
+def engines():
+    """Redis engines a test makes (append them); all closed afterwards."""
+    made: list[RedisEngine] = []
+    yield made
+    for engine in made:
+        engine.close()
+
+
+@pytest.fixture
+def single_model_catalog(db):
+    """One provider with one model: gpt-4o on openai (the circuit the health tests open)."""
+    LlmModelFactory(name=M, provider=ProviderFactory(name=P))
 
 
 @pytest.fixture

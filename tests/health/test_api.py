@@ -1,7 +1,7 @@
 import pytest
 
 from audit.models import AuditEvent
-from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
+from health.breaker import Outcome
 from health.models import BreakerConfig, BreakerOverride
 from tests.factories import LlmModelFactory, ProviderFactory
 
@@ -9,18 +9,6 @@ pytestmark = pytest.mark.django_db
 
 T0 = 1_700_000_000.0
 OVERRIDE_URL = "/api/breaker-config/overrides/openai/gpt-4o/"
-
-
-@pytest.fixture
-def engine():
-    engine = MemoryEngine(clock=ManualClock(T0))
-    with use_engine(engine):
-        yield engine
-
-
-@pytest.fixture
-def catalog():
-    LlmModelFactory(name="gpt-4o", provider=ProviderFactory(name="openai"))
 
 
 def _open(engine):
@@ -109,7 +97,7 @@ def test_breaker_config_api_put_bad_input_is_400_with_field_messages(admin_clien
     assert BreakerConfig.objects.count() == 0
 
 
-def test_breaker_override_api_put_get_delete(admin_client, catalog, engine):
+def test_breaker_override_api_put_get_delete(admin_client, single_model_catalog, engine):
     put = admin_client.put(OVERRIDE_URL, {"failure_threshold": 2}, content_type="application/json")
     got = admin_client.get(OVERRIDE_URL)
     deleted = admin_client.delete(OVERRIDE_URL)
@@ -131,7 +119,7 @@ def test_breaker_override_api_put_get_delete(admin_client, catalog, engine):
     assert [e.action for e in AuditEvent.objects.order_by("id")] == ["breaker_override.set", "breaker_override.delete"]
 
 
-def test_breaker_override_api_put_bad_input_is_400(admin_client, catalog):
+def test_breaker_override_api_put_bad_input_is_400(admin_client, single_model_catalog):
     response = admin_client.put(OVERRIDE_URL, {"failure_status_codes": [200, 200]}, content_type="application/json")
 
     assert response.status_code == 400
@@ -164,7 +152,9 @@ ENDPOINTS = [
 @pytest.mark.parametrize(
     ("client_fixture", "expected"), [("bi_client", 403), ("user_client", 403), ("anon_client", 401)]
 )
-def test_breaker_api_refuses_non_admin_roles(request, engine, catalog, client_fixture, expected, method, url):
+def test_breaker_api_refuses_non_admin_roles(
+    request, engine, single_model_catalog, client_fixture, expected, method, url
+):
     _open(engine)
     client = request.getfixturevalue(client_fixture)
 

@@ -26,21 +26,6 @@ BANNER = "Degraded: showing this process's local view."
 
 
 @pytest.fixture
-def proxy(redis_url):
-    with FaultProxy.for_redis(redis_url) as p:
-        yield p
-        p.restore()  # let the engines' connections finish before they are closed
-
-
-@pytest.fixture
-def engines():
-    made: list[RedisEngine] = []
-    yield made
-    for engine in made:
-        engine.close()
-
-
-@pytest.fixture
 def direct(redis_url):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
@@ -103,16 +88,18 @@ def _frozen_allow(
     return abandoned
 
 
-def test_allow_that_timed_out_in_a_frozen_redis_leaves_no_orphan_probe(proxy, namespace, engines, direct, redis_url):
+def test_allow_that_timed_out_in_a_frozen_redis_leaves_no_orphan_probe(
+    redis_proxy, namespace, engines, direct, redis_url
+):
     """The deadline alone: a negative margin puts it at the moment the command was sent, so the command the freeze
     held runs past it however short the freeze (with the real margin this takes a freeze of over half a second)."""
     clock = ManualClock(T0)
-    gateway = _engine(engines, proxy.url, namespace, clock, deadline_margin=-0.05)
+    gateway = _engine(engines, redis_proxy.url, namespace, clock, deadline_margin=-0.05)
     other = _engine(engines, redis_url, namespace, clock)  # another gateway process, never cut off
     _open(gateway)
     clock.advance(60)  # cooldown over: the next allow() needs Redis for the probe slot
 
-    _frozen_allow(gateway, proxy, direct)
+    _frozen_allow(gateway, redis_proxy, direct)
 
     # The clock has not moved: an orphan slot would block every caller for the whole probe timeout.
     circuit = other.get(P, M)
@@ -125,17 +112,17 @@ def test_allow_that_timed_out_in_a_frozen_redis_leaves_no_orphan_probe(proxy, na
 
 
 def test_short_freeze_inside_the_margin_leaves_no_orphan_once_redis_answers(
-    proxy, namespace, engines, direct, redis_url
+    redis_proxy, namespace, engines, direct, redis_url
 ):
     """The default margin: the held command may still be granted, and the ticket release frees it (or, if the
     release gets there first, makes it grant nothing)."""
     clock = ManualClock(T0)
-    gateway = _engine(engines, proxy.url, namespace, clock)
+    gateway = _engine(engines, redis_proxy.url, namespace, clock)
     other = _engine(engines, redis_url, namespace, clock)
     _open(gateway)
     clock.advance(60)
 
-    abandoned = _frozen_allow(gateway, proxy, direct, hold_release=False)
+    abandoned = _frozen_allow(gateway, redis_proxy, direct, hold_release=False)
     back = _until(gateway.resync)
     circuit = other.get(P, M)
     other.refresh(P, M)
@@ -453,25 +440,20 @@ def test_engines_refuse_a_probe_timeout_that_is_not_positive(redis_url, seconds)
 
 
 @pytest.fixture
-def catalog(db):
-    from tests.factories import LlmModelFactory, ProviderFactory
-
-    LlmModelFactory(name=M, provider=ProviderFactory(name=P))
-
-
-@pytest.fixture
-def process_engine(proxy, namespace, engines):
+def process_engine(redis_proxy, namespace, engines):
     """This process's engine, talking to Redis through the proxy, with one open circuit."""
-    engine = _engine(engines, proxy.url, namespace, ManualClock(T0), background_timeout=0.2)
+    engine = _engine(engines, redis_proxy.url, namespace, ManualClock(T0), background_timeout=0.2)
     _open(engine)
     with use_engine(engine):
         yield engine
 
 
 @pytest.mark.django_db
-def test_provider_health_says_when_it_shows_the_local_view(admin_client, catalog, process_engine, proxy):
+def test_provider_health_says_when_it_shows_the_local_view(
+    admin_client, single_model_catalog, process_engine, redis_proxy
+):
     healthy = admin_client.get(INDEX_URL).content.decode()
-    proxy.freeze()
+    redis_proxy.freeze()
     frozen = admin_client.get(INDEX_URL).content.decode()
     poll = admin_client.get(INDEX_URL, headers={"HX-Request": "true", "HX-Target": "circuit-table"}).content.decode()
 
@@ -489,9 +471,9 @@ def test_provider_health_says_when_it_shows_the_local_view(admin_client, catalog
 
 
 @pytest.mark.django_db
-def test_circuit_api_marks_rows_of_the_local_view(admin_client, process_engine, proxy):
+def test_circuit_api_marks_rows_of_the_local_view(admin_client, process_engine, redis_proxy):
     healthy = admin_client.get("/api/circuits/")
-    proxy.freeze()
+    redis_proxy.freeze()
     frozen = admin_client.get("/api/circuits/")
 
     assert healthy.status_code == 200

@@ -15,14 +15,6 @@ T0 = 1_700_000_000.0
 FAIL = Outcome.of_status(503)
 
 
-@pytest.fixture
-def engines():
-    made: list[RedisEngine] = []
-    yield made
-    for engine in made:
-        engine.close()
-
-
 def _engine(engines, url: str, namespace: str, clock: ManualClock, **kwargs) -> RedisEngine:
     engine = RedisEngine(url=url, namespace=namespace, clock=clock, **kwargs)
     engines.append(engine)

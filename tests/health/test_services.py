@@ -20,26 +20,13 @@ from health.breaker import (
 from health.models import BreakerConfig, BreakerOverride
 from health.selectors import breaker_config_get, breaker_config_snapshot, breaker_override_list, circuit_list
 from health.services import breaker_config_update, breaker_override_delete, breaker_override_set, circuit_reset
-from tests.factories import LlmModelFactory, ProviderFactory
+from tests.factories import LlmModelFactory
 from tests.health.conftest import closed_port_url
 
 pytestmark = pytest.mark.django_db
 
 T0 = 1_700_000_000.0
 REDIS_DOWN = "Redis is unreachable: the circuit cannot be reset on every gateway now; try again when Redis is back."
-
-
-@pytest.fixture
-def engine():
-    engine = MemoryEngine(clock=ManualClock(T0))
-    with use_engine(engine):
-        yield engine
-
-
-@pytest.fixture
-def catalog():
-    provider = ProviderFactory(name="openai")
-    LlmModelFactory(name="gpt-4o", provider=provider)
 
 
 def _open(engine, provider="openai", model="gpt-4o"):
@@ -166,7 +153,7 @@ def test_breaker_config_update_reports_every_bad_field_at_once(admin_user):
 
 
 def test_breaker_override_set_creates_audits_and_merges_with_global(
-    admin_user, catalog, engine, django_capture_on_commit_callbacks
+    admin_user, single_model_catalog, engine, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=True):
         breaker_override_set(
@@ -200,7 +187,7 @@ def test_breaker_override_set_creates_audits_and_merges_with_global(
     assert engine.config.for_circuit("openai", "gpt-4o") == BreakerSettings(failure_threshold=2)
 
 
-def test_breaker_override_set_again_audits_changed_fields_only(admin_user, catalog):
+def test_breaker_override_set_again_audits_changed_fields_only(admin_user, single_model_catalog):
     breaker_override_set(actor=admin_user, provider="openai", model="gpt-4o", data={"failure_threshold": 2})
 
     breaker_override_set(actor=admin_user, provider="openai", model="gpt-4o", data={"failure_threshold": 4})
@@ -238,7 +225,9 @@ def test_breaker_override_set_again_audits_changed_fields_only(admin_user, catal
         ),
     ],
 )
-def test_breaker_override_set_rejects_bad_input_and_saves_nothing(admin_user, catalog, provider, model, data, errors):
+def test_breaker_override_set_rejects_bad_input_and_saves_nothing(
+    admin_user, single_model_catalog, provider, model, data, errors
+):
     with pytest.raises(ValidationFailed) as exc:
         breaker_override_set(actor=admin_user, provider=provider, model=model, data=data)
 
@@ -246,7 +235,7 @@ def test_breaker_override_set_rejects_bad_input_and_saves_nothing(admin_user, ca
     assert (BreakerOverride.objects.count(), AuditEvent.objects.count()) == (0, 0)
 
 
-def test_breaker_override_delete_audits_snapshot(admin_user, catalog):
+def test_breaker_override_delete_audits_snapshot(admin_user, single_model_catalog):
     breaker_override_set(actor=admin_user, provider="openai", model="gpt-4o", data={"minimum_requests": 3})
 
     breaker_override_delete(actor=admin_user, provider="openai", model="gpt-4o")
@@ -295,7 +284,9 @@ def test_circuit_reset_of_untracked_circuit_is_refused(admin_user, engine):
     assert AuditEvent.objects.count() == 0
 
 
-def test_circuit_list_rows_carry_effective_thresholds(admin_user, catalog, engine, django_capture_on_commit_callbacks):
+def test_circuit_list_rows_carry_effective_thresholds(
+    admin_user, single_model_catalog, engine, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         breaker_override_set(actor=admin_user, provider="openai", model="gpt-4o", data={"failure_threshold": 2})
     engine.record(engine.allow("openai", "gpt-4o"), Outcome.of_status(500))
@@ -345,7 +336,7 @@ def test_circuit_reset_that_loses_redis_midway_is_refused_and_not_audited(admin_
     assert AuditEvent.objects.count() == 0
 
 
-def test_breaker_config_update_refuses_an_initial_cooldown_above_an_override_cap(admin_user, catalog):
+def test_breaker_config_update_refuses_an_initial_cooldown_above_an_override_cap(admin_user, single_model_catalog):
     breaker_override_set(actor=admin_user, provider="openai", model="gpt-4o", data={"cooldown_cap_seconds": 60})
 
     with pytest.raises(ValidationFailed) as exc:
@@ -361,7 +352,7 @@ def test_breaker_config_update_refuses_an_initial_cooldown_above_an_override_cap
     assert breaker_config_get().initial_cooldown_seconds == 60
 
 
-def test_breaker_config_update_refuses_a_cap_below_the_initial_cooldown_of_overrides(admin_user, catalog):
+def test_breaker_config_update_refuses_a_cap_below_the_initial_cooldown_of_overrides(admin_user, single_model_catalog):
     LlmModelFactory(name="gpt-4o-mini", provider=Provider.objects.get(name="openai"))
     for model in ("gpt-4o-mini", "gpt-4o"):
         breaker_override_set(actor=admin_user, provider="openai", model=model, data={"initial_cooldown_seconds": 200})
@@ -379,7 +370,7 @@ def test_breaker_config_update_refuses_a_cap_below_the_initial_cooldown_of_overr
     assert (BreakerConfig.objects.count(), AuditEvent.objects.count()) == (0, 3)
 
 
-def test_breaker_config_update_accepts_cooldowns_an_override_sets_itself(admin_user, catalog):
+def test_breaker_config_update_accepts_cooldowns_an_override_sets_itself(admin_user, single_model_catalog):
     breaker_override_set(
         actor=admin_user,
         provider="openai",

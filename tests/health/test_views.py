@@ -15,7 +15,6 @@ from health import views as health_views
 from health.breaker import BreakerSettings, ConfigSet, ManualClock, MemoryEngine, Outcome, State, use_engine
 from health.models import BreakerConfig, BreakerOverride
 from health.selectors import breaker_config_get, circuit_anchor
-from tests.factories import LlmModelFactory, ProviderFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -48,18 +47,10 @@ def frozen():
 
 
 @pytest.fixture
-def engine(frozen):
+def frozen_engine(frozen):
     engine = MemoryEngine(clock=frozen.clock)
     with use_engine(engine):
         yield engine
-
-
-@pytest.fixture
-def catalog(db):
-    openai = ProviderFactory(name="openai")
-    anthropic = ProviderFactory(name="anthropic")
-    LlmModelFactory(name="gpt-4o", provider=openai)
-    LlmModelFactory(name="claude-haiku", provider=anthropic)
 
 
 def record(engine, provider: str, model: str, outcomes: list[Outcome]) -> None:
@@ -121,8 +112,8 @@ def config_data(**overrides) -> dict[str, str]:
 # ---------- The table ----------
 
 
-def test_index_full_page_shows_every_column_of_an_open_circuit(admin_client, engine):
-    open_circuit(engine)
+def test_index_full_page_shows_every_column_of_an_open_circuit(admin_client, frozen_engine):
+    open_circuit(frozen_engine)
 
     response = admin_client.get(INDEX_URL)
 
@@ -143,8 +134,8 @@ def test_index_full_page_shows_every_column_of_an_open_circuit(admin_client, eng
     assert 'title="2023-11-14 22:13:20 UTC"' in row
 
 
-def test_index_closed_circuit_has_no_cooldown_and_green_pill(admin_client, engine):
-    record(engine, "anthropic", "claude-haiku", [Outcome.of_status(200)] * 7 + [Outcome.timeout()] * 3)
+def test_index_closed_circuit_has_no_cooldown_and_green_pill(admin_client, frozen_engine):
+    record(frozen_engine, "anthropic", "claude-haiku", [Outcome.of_status(200)] * 7 + [Outcome.timeout()] * 3)
 
     response = admin_client.get(INDEX_URL)
 
@@ -161,8 +152,8 @@ def test_index_closed_circuit_has_no_cooldown_and_green_pill(admin_client, engin
     assert '<span class="pill pill-closed">Closed</span>' in row
 
 
-def test_index_half_open_after_cooldown(admin_client, engine, frozen):
-    open_circuit(engine)
+def test_index_half_open_after_cooldown(admin_client, frozen_engine, frozen):
+    open_circuit(frozen_engine)
     frozen.advance(61)
 
     response = admin_client.get(INDEX_URL)
@@ -173,9 +164,9 @@ def test_index_half_open_after_cooldown(admin_client, engine, frozen):
     assert cells(row)["Last failure"] == "1 min ago · 503"
 
 
-def test_index_lists_circuits_by_provider_then_model(admin_client, engine):
+def test_index_lists_circuits_by_provider_then_model(admin_client, frozen_engine):
     for provider, model in [("openai", "gpt-4o"), ("anthropic", "claude-opus"), ("anthropic", "claude-haiku")]:
-        record(engine, provider, model, [Outcome.of_status(200)])
+        record(frozen_engine, provider, model, [Outcome.of_status(200)])
 
     response = admin_client.get(INDEX_URL)
 
@@ -187,7 +178,7 @@ def test_index_lists_circuits_by_provider_then_model(admin_client, engine):
     ]
 
 
-def test_index_empty_state(admin_client, engine):
+def test_index_empty_state(admin_client, frozen_engine):
     response = admin_client.get(INDEX_URL)
 
     text = response.content.decode()
@@ -195,8 +186,8 @@ def test_index_empty_state(admin_client, engine):
     assert "<table" not in text
 
 
-def test_index_poll_returns_only_the_table(admin_client, engine):
-    open_circuit(engine)
+def test_index_poll_returns_only_the_table(admin_client, frozen_engine):
+    open_circuit(frozen_engine)
 
     response = admin_client.get(INDEX_URL, headers={**HX, "HX-Target": "circuit-table"})
 
@@ -208,8 +199,8 @@ def test_index_poll_returns_only_the_table(admin_client, engine):
     assert response["Vary"] == "HX-Request, HX-Target, Cookie"
 
 
-def test_index_tab_switch_returns_the_fallback_page_with_dialogs_outside_the_table(admin_client, engine):
-    open_circuit(engine)
+def test_index_tab_switch_returns_the_fallback_page_with_dialogs_outside_the_table(admin_client, frozen_engine):
+    open_circuit(frozen_engine)
 
     response = admin_client.get(INDEX_URL, headers={**HX, "HX-Target": "fallback-page"})
 
@@ -225,14 +216,14 @@ def test_index_tab_switch_returns_the_fallback_page_with_dialogs_outside_the_tab
     assert text.index('<dialog id="configure-dialog"') > table_start + len(table_html)
 
 
-def test_history_restore_gets_the_full_page(admin_client, engine):
+def test_history_restore_gets_the_full_page(admin_client, frozen_engine):
     response = admin_client.get(INDEX_URL, headers={**HX, "HX-History-Restore-Request": "true"})
 
     assert is_full_page(response)
 
 
-def test_countdown_moves_on_each_refresh(admin_client, engine, frozen):
-    open_circuit(engine)
+def test_countdown_moves_on_each_refresh(admin_client, frozen_engine, frozen):
+    open_circuit(frozen_engine)
     poll = {**HX, "HX-Target": "circuit-table"}
 
     first = cells(row_html(admin_client.get(INDEX_URL, headers=poll)))["Cooldown"]
@@ -257,7 +248,7 @@ def test_long_cooldowns_read_in_minutes_and_hours(admin_client, frozen):
     )
 
 
-def test_poll_interval_comes_from_the_view_constant(admin_client, engine, monkeypatch):
+def test_poll_interval_comes_from_the_view_constant(admin_client, frozen_engine, monkeypatch):
     monkeypatch.setattr(health_views, "POLL_SECONDS", 1)
 
     response = admin_client.get(INDEX_URL)
@@ -266,11 +257,11 @@ def test_poll_interval_comes_from_the_view_constant(admin_client, engine, monkey
     assert "refreshes every 1 s" in response.content.decode()
 
 
-def test_summary_line_counts_open_and_half_open(admin_client, engine, frozen):
-    open_circuit(engine, "openai", "gpt-4o")
+def test_summary_line_counts_open_and_half_open(admin_client, frozen_engine, frozen):
+    open_circuit(frozen_engine, "openai", "gpt-4o")
     frozen.advance(61)  # gpt-4o is half-open now
-    open_circuit(engine, "openai", "gpt-4o-mini")
-    record(engine, "anthropic", "claude-haiku", [Outcome.of_status(200)])
+    open_circuit(frozen_engine, "openai", "gpt-4o-mini")
+    record(frozen_engine, "anthropic", "claude-haiku", [Outcome.of_status(200)])
 
     response = admin_client.get(INDEX_URL, headers={**HX, "HX-Target": "circuit-table"})
 
@@ -279,8 +270,8 @@ def test_summary_line_counts_open_and_half_open(admin_client, engine, frozen):
     assert text == "3 circuits 1 open 1 half-open · Updated 22:14:21 UTC; refreshes every 5 s"
 
 
-def test_page_uses_no_inline_script_style_or_hx_on(admin_client, engine):
-    open_circuit(engine)
+def test_page_uses_no_inline_script_style_or_hx_on(admin_client, frozen_engine):
+    open_circuit(frozen_engine)
 
     text = admin_client.get(INDEX_URL).content.decode()
 
@@ -289,9 +280,9 @@ def test_page_uses_no_inline_script_style_or_hx_on(admin_client, engine):
     assert "hx-on" not in text
 
 
-def test_names_are_escaped_everywhere(admin_client, engine, catalog):
+def test_names_are_escaped_everywhere(admin_client, frozen_engine, health_catalog):
     evil_provider, evil_model = '<b>prov</b>"', "<script>alert(1)</script>"
-    open_circuit(engine, evil_provider, evil_model)
+    open_circuit(frozen_engine, evil_provider, evil_model)
 
     full = admin_client.get(INDEX_URL).content.decode()
     confirm = admin_client.get(RESET_URL, {"provider": evil_provider, "model": evil_model}).content.decode()
@@ -307,9 +298,11 @@ def test_names_are_escaped_everywhere(admin_client, engine, catalog):
 
 
 @pytest.mark.parametrize("circuits", [1, 3])
-def test_query_count_does_not_grow_with_circuits(admin_client, engine, catalog, django_assert_num_queries, circuits):
+def test_query_count_does_not_grow_with_circuits(
+    admin_client, frozen_engine, health_catalog, django_assert_num_queries, circuits
+):
     for i in range(circuits):
-        open_circuit(engine, "openai", f"model-{i}")
+        open_circuit(frozen_engine, "openai", f"model-{i}")
     BreakerOverride.objects.create(provider="openai", model="gpt-4o", failure_threshold=3)
     admin_client.get(INDEX_URL)  # warm the session
 
@@ -327,8 +320,8 @@ def test_query_count_does_not_grow_with_circuits(admin_client, engine, catalog, 
 # ---------- Reset ----------
 
 
-def test_reset_over_htmx_flips_the_row_and_audits(admin_client, engine):
-    open_circuit(engine)
+def test_reset_over_htmx_flips_the_row_and_audits(admin_client, frozen_engine):
+    open_circuit(frozen_engine)
 
     response = admin_client.post(RESET_URL, {"provider": "openai", "model": "gpt-4o"}, headers=HX)
 
@@ -336,7 +329,7 @@ def test_reset_over_htmx_flips_the_row_and_audits(admin_client, engine):
     assert response.content.decode().lstrip().startswith('<div id="circuit-table"')
     assert cells(row_html(response))["State"] == "Closed"
     assert cells(row_html(response))["Failures"] == "0 / 0 in window"
-    assert engine.get("openai", "gpt-4o").state is State.CLOSED
+    assert frozen_engine.get("openai", "gpt-4o").state is State.CLOSED
     event = AuditEvent.objects.get()
     assert (event.action, event.object_id, event.actor_name) == ("circuit.reset", "openai/gpt-4o", "alice")
     assert event.before["state"] == "open"
@@ -345,8 +338,8 @@ def test_reset_over_htmx_flips_the_row_and_audits(admin_client, engine):
     }
 
 
-def test_reset_without_htmx_redirects_with_a_message(admin_client, engine):
-    open_circuit(engine)
+def test_reset_without_htmx_redirects_with_a_message(admin_client, frozen_engine):
+    open_circuit(frozen_engine)
 
     response = admin_client.post(RESET_URL, {"provider": "openai", "model": "gpt-4o"})
     page = admin_client.get(response.url)
@@ -356,8 +349,8 @@ def test_reset_without_htmx_redirects_with_a_message(admin_client, engine):
     assert cells(row_html(page))["State"] == "Closed"
 
 
-def test_reset_confirm_page_without_javascript(admin_client, engine):
-    open_circuit(engine)
+def test_reset_confirm_page_without_javascript(admin_client, frozen_engine):
+    open_circuit(frozen_engine)
 
     response = admin_client.get(RESET_URL, {"provider": "openai", "model": "gpt-4o"})
 
@@ -367,8 +360,8 @@ def test_reset_confirm_page_without_javascript(admin_client, engine):
     assert '<input type="hidden" name="provider" value="openai">' in text
 
 
-def test_reset_link_points_at_the_confirm_page_and_the_dialog(admin_client, engine):
-    open_circuit(engine)
+def test_reset_link_points_at_the_confirm_page_and_the_dialog(admin_client, frozen_engine):
+    open_circuit(frozen_engine)
 
     row = row_html(admin_client.get(INDEX_URL))
 
@@ -377,13 +370,13 @@ def test_reset_link_points_at_the_confirm_page_and_the_dialog(admin_client, engi
     assert 'aria-label="Reset openai / gpt-4o"' in row
 
 
-def test_reset_confirm_page_of_an_untracked_circuit_is_404(admin_client, engine):
+def test_reset_confirm_page_of_an_untracked_circuit_is_404(admin_client, frozen_engine):
     response = admin_client.get(RESET_URL, {"provider": "openai", "model": "gpt-4o"})
 
     assert response.status_code == 404
 
 
-def test_reset_of_an_untracked_circuit_says_so_and_audits_nothing(admin_client, engine):
+def test_reset_of_an_untracked_circuit_says_so_and_audits_nothing(admin_client, frozen_engine):
     response = admin_client.post(RESET_URL, {"provider": "openai", "model": "nope"}, headers=HX)
 
     assert response.status_code == 200
@@ -394,7 +387,7 @@ def test_reset_of_an_untracked_circuit_says_so_and_audits_nothing(admin_client, 
 # ---------- Threshold editor ----------
 
 
-def test_configure_dialog_is_on_the_page_with_current_values(admin_client, engine, catalog):
+def test_configure_dialog_is_on_the_page_with_current_values(admin_client, frozen_engine, health_catalog):
     response = admin_client.get(INDEX_URL)
 
     text = response.content.decode()
@@ -408,7 +401,7 @@ def test_configure_dialog_is_on_the_page_with_current_values(admin_client, engin
     assert 'href="/fallback/health/configure/" data-dialog-open="configure-dialog"' in text
 
 
-def test_configure_full_page_and_partial(admin_client, engine):
+def test_configure_full_page_and_partial(admin_client, frozen_engine):
     full = admin_client.get(CONFIGURE_URL)
     partial = admin_client.get(CONFIGURE_URL, headers={**HX, "HX-Target": "configure-body"})
 
@@ -419,7 +412,7 @@ def test_configure_full_page_and_partial(admin_client, engine):
 
 
 def test_configure_save_over_htmx_closes_the_dialog_and_audits(
-    admin_client, engine, django_capture_on_commit_callbacks
+    admin_client, frozen_engine, django_capture_on_commit_callbacks
 ):
     with django_capture_on_commit_callbacks(execute=True):
         response = admin_client.post(
@@ -439,17 +432,17 @@ def test_configure_save_over_htmx_closes_the_dialog_and_audits(
     assert event.before == {"failure_threshold": 5, "failure_status_codes": [429, 500, 502, 503, 504]}
     assert event.after == {"failure_threshold": 3, "failure_status_codes": [500, 503, 429]}
     # Applied at once to the engine of this process.
-    assert engine.config.default.failure_threshold == 3
+    assert frozen_engine.config.default.failure_threshold == 3
 
 
-def test_configure_save_without_htmx_redirects(admin_client, engine):
+def test_configure_save_without_htmx_redirects(admin_client, frozen_engine):
     response = admin_client.post(CONFIGURE_URL, config_data(minimum_requests="20"))
 
     assert response.status_code == 302 and response.url == INDEX_URL
     assert breaker_config_get().minimum_requests == 20
 
 
-def test_configure_save_with_nothing_changed_says_so(admin_client, engine):
+def test_configure_save_with_nothing_changed_says_so(admin_client, frozen_engine):
     response = admin_client.post(CONFIGURE_URL, config_data(), headers=HX)
 
     assert triggers(response)["messages"] == [{"message": "Breaker thresholds unchanged.", "level": "info"}]
@@ -475,7 +468,7 @@ def test_configure_save_with_nothing_changed_says_so(admin_client, engine):
         ("failure_status_codes", "5xx", "'5xx' is not a whole number."),
     ],
 )
-def test_configure_errors_inline_and_nothing_saved(admin_client, engine, field, value, message):
+def test_configure_errors_inline_and_nothing_saved(admin_client, frozen_engine, field, value, message):
     response = admin_client.post(CONFIGURE_URL, config_data(**{field: value}), headers=HX)
 
     text = response.content.decode()
@@ -492,7 +485,7 @@ def test_configure_errors_inline_and_nothing_saved(admin_client, engine, field, 
     assert AuditEvent.objects.count() == 0
 
 
-def test_configure_several_errors_are_all_summarised(admin_client, engine):
+def test_configure_several_errors_are_all_summarised(admin_client, frozen_engine):
     response = admin_client.post(
         CONFIGURE_URL,
         config_data(failure_threshold="0", window_seconds="9999", failure_status_codes="1, 2"),
@@ -511,7 +504,7 @@ def test_configure_several_errors_are_all_summarised(admin_client, engine):
     assert "4 problems to fix" in response.content.decode()
 
 
-def test_configure_errors_without_htmx_render_the_full_page(admin_client, engine):
+def test_configure_errors_without_htmx_render_the_full_page(admin_client, frozen_engine):
     response = admin_client.post(CONFIGURE_URL, config_data(failure_threshold="0"))
 
     assert response.status_code == 200
@@ -519,7 +512,7 @@ def test_configure_errors_without_htmx_render_the_full_page(admin_client, engine
     assert field_errors(response, "id_failure_threshold") == ["Failure threshold must be at least 1."]
 
 
-def test_override_add_over_htmx_lists_it_and_keeps_the_dialog_open(admin_client, engine, catalog):
+def test_override_add_over_htmx_lists_it_and_keeps_the_dialog_open(admin_client, frozen_engine, health_catalog):
     response = admin_client.post(
         OVERRIDE_URL,
         {
@@ -543,10 +536,10 @@ def test_override_add_over_htmx_lists_it_and_keeps_the_dialog_open(admin_client,
     assert AuditEvent.objects.get().action == "breaker_override.set"
 
 
-def test_override_shows_on_the_circuit_row(admin_client, engine, catalog):
+def test_override_shows_on_the_circuit_row(admin_client, frozen_engine, health_catalog):
     BreakerOverride.objects.create(provider="openai", model="gpt-4o", failure_threshold=3)
-    engine.configure(ConfigSet(overrides={("openai", "gpt-4o"): BreakerSettings(failure_threshold=3)}))
-    record(engine, "openai", "gpt-4o", [Outcome.of_status(200)])
+    frozen_engine.configure(ConfigSet(overrides={("openai", "gpt-4o"): BreakerSettings(failure_threshold=3)}))
+    record(frozen_engine, "openai", "gpt-4o", [Outcome.of_status(200)])
 
     row = row_html(admin_client.get(INDEX_URL))
 
@@ -554,7 +547,7 @@ def test_override_shows_on_the_circuit_row(admin_client, engine, catalog):
     assert "opens at 3 failures with at least 10 requests (override)" in row
 
 
-def test_override_edit_loads_its_values(admin_client, engine, catalog):
+def test_override_edit_loads_its_values(admin_client, frozen_engine, health_catalog):
     BreakerOverride.objects.create(provider="openai", model="gpt-4o", failure_threshold=3, failure_status_codes=[500])
 
     response = admin_client.get(
@@ -591,7 +584,7 @@ def test_override_edit_loads_its_values(admin_client, engine, catalog):
         ),
     ],
 )
-def test_override_errors_inline_and_nothing_saved(admin_client, engine, catalog, data, field_id, message):
+def test_override_errors_inline_and_nothing_saved(admin_client, frozen_engine, health_catalog, data, field_id, message):
     post = {"override-provider": "openai", "override-model": "gpt-4o", **data}
 
     response = admin_client.post(OVERRIDE_URL, post, headers=HX)
@@ -602,7 +595,7 @@ def test_override_errors_inline_and_nothing_saved(admin_client, engine, catalog,
     assert AuditEvent.objects.count() == 0
 
 
-def test_override_with_every_field_empty_is_refused(admin_client, engine, catalog):
+def test_override_with_every_field_empty_is_refused(admin_client, frozen_engine, health_catalog):
     response = admin_client.post(OVERRIDE_URL, {"override-provider": "openai", "override-model": "gpt-4o"}, headers=HX)
 
     assert summary(response) == ["Set at least one field; an override with every field empty changes nothing."]
@@ -610,7 +603,7 @@ def test_override_with_every_field_empty_is_refused(admin_client, engine, catalo
     assert BreakerOverride.objects.count() == 0
 
 
-def test_override_delete_over_htmx_and_without(admin_client, engine, catalog):
+def test_override_delete_over_htmx_and_without(admin_client, frozen_engine, health_catalog):
     BreakerOverride.objects.create(provider="openai", model="gpt-4o", failure_threshold=3)
     BreakerOverride.objects.create(provider="anthropic", model="claude-haiku", window_seconds=30)
 
@@ -626,7 +619,7 @@ def test_override_delete_over_htmx_and_without(admin_client, engine, catalog):
     assert [e.action for e in AuditEvent.objects.order_by("id")] == ["breaker_override.delete"] * 2
 
 
-def test_override_delete_of_a_missing_override_says_so(admin_client, engine, catalog):
+def test_override_delete_of_a_missing_override_says_so(admin_client, frozen_engine, health_catalog):
     response = admin_client.post(OVERRIDE_DELETE_URL, {"provider": "openai", "model": "gpt-4o"}, headers=HX)
 
     assert triggers(response)["messages"] == [
@@ -656,9 +649,9 @@ def _requests() -> list[tuple[str, str, dict]]:
 
 @pytest.mark.parametrize("index", range(len(_requests())))
 @pytest.mark.parametrize("htmx", [False, True], ids=["plain", "htmx"])
-def test_role_matrix(role_client, engine, catalog, index, htmx):
+def test_role_matrix(role_client, frozen_engine, health_catalog, index, htmx):
     role, client = role_client
-    open_circuit(engine)
+    open_circuit(frozen_engine)
     BreakerOverride.objects.create(provider="openai", model="gpt-4o", failure_threshold=4)
     method, url, data = _requests()[index]
 
@@ -675,7 +668,7 @@ def test_role_matrix(role_client, engine, catalog, index, htmx):
     else:
         assert response.status_code == 403
     if role != "admin":
-        assert engine.get("openai", "gpt-4o").state is State.OPEN
+        assert frozen_engine.get("openai", "gpt-4o").state is State.OPEN
         assert BreakerConfig.objects.count() == 0
         assert list(BreakerOverride.objects.values_list("failure_threshold", flat=True)) == [4]
         assert AuditEvent.objects.count() == 0
@@ -690,40 +683,40 @@ def test_role_matrix(role_client, engine, catalog, index, htmx):
         (OVERRIDE_DELETE_URL, {"provider": "openai", "model": "gpt-4o"}),
     ],
 )
-def test_posts_without_csrf_token_are_refused(admin_user, engine, catalog, url, data):
+def test_posts_without_csrf_token_are_refused(admin_user, frozen_engine, health_catalog, url, data):
     client = Client(enforce_csrf_checks=True)
     client.force_login(admin_user)
-    open_circuit(engine)
+    open_circuit(frozen_engine)
     BreakerOverride.objects.create(provider="openai", model="gpt-4o", failure_threshold=4)
 
     response = client.post(url, data, headers=HX)
 
     assert response.status_code == 403
-    assert engine.get("openai", "gpt-4o").state is State.OPEN
+    assert frozen_engine.get("openai", "gpt-4o").state is State.OPEN
     assert BreakerConfig.objects.count() == 0
     assert AuditEvent.objects.count() == 0
 
 
-def test_reset_with_the_csrf_header_from_the_page_succeeds(admin_user, engine):
+def test_reset_with_the_csrf_header_from_the_page_succeeds(admin_user, frozen_engine):
     client = Client(enforce_csrf_checks=True)
     client.force_login(admin_user)
-    open_circuit(engine)
+    open_circuit(frozen_engine)
     page = client.get(INDEX_URL).content.decode()
     token = re.search(r'hx-headers=\'\{"X-CSRFToken": "([^"]+)"\}\'', page).group(1)
 
     response = client.post(RESET_URL, {"provider": "openai", "model": "gpt-4o"}, headers={**HX, "X-CSRFToken": token})
 
     assert response.status_code == 200
-    assert engine.get("openai", "gpt-4o").state is State.CLOSED
+    assert frozen_engine.get("openai", "gpt-4o").state is State.CLOSED
 
 
-def test_reset_urls_named(engine):
+def test_reset_urls_named(frozen_engine):
     assert reverse("health:index") == INDEX_URL
     assert reverse("health:reset") == RESET_URL
     assert reverse("health:configure") == CONFIGURE_URL
 
 
-def test_override_form_for_a_new_pair_says_add(admin_client, engine, catalog):
+def test_override_form_for_a_new_pair_says_add(admin_client, frozen_engine, health_catalog):
     response = admin_client.post(
         OVERRIDE_URL,
         {"override-provider": "openai", "override-model": "gpt-4o", "override-initial_cooldown_seconds": "10"},

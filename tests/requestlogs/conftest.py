@@ -1,10 +1,13 @@
-"""A small catalog with keys for each role, and request-log rows written through the real writer."""
+"""A small catalog with keys for each role, request-log rows written through the real writer, and a Redis
+stream of the test's own."""
 
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
+import redis
 
 from tests.conftest import _make_user
 from tests.factories import AgentFactory, ApplicationFactory, LlmModelFactory, ProviderFactory, TeamFactory
@@ -27,7 +30,7 @@ class Catalog:
 
 
 @pytest.fixture
-def catalog(admin_user, plain_user, django_user_model) -> Catalog:
+def log_catalog(admin_user, plain_user, django_user_model) -> Catalog:
     openai = ProviderFactory(name="openai")
     backup = ProviderFactory(name="backup")
     LlmModelFactory(name="gpt-4o", provider=openai)
@@ -52,12 +55,23 @@ def catalog(admin_user, plain_user, django_user_model) -> Catalog:
 
 
 @pytest.fixture
-def rows(catalog):
+def rows(log_catalog):
     """One request per key, newest first: ursula's two keys, then oscar's, then alice's."""
     now = time.time()
     return insert_logs(
-        log_record(key=catalog.ursula_key, at=now - 1),
-        log_record(key=catalog.ursula_key2, at=now - 2),
-        log_record(key=catalog.oscar_key, at=now - 3),
-        log_record(key=catalog.alice_key, at=now - 4),
+        log_record(key=log_catalog.ursula_key, at=now - 1),
+        log_record(key=log_catalog.ursula_key2, at=now - 2),
+        log_record(key=log_catalog.oscar_key, at=now - 3),
+        log_record(key=log_catalog.alice_key, at=now - 4),
     )
+
+
+@pytest.fixture
+def stream(redis_url):
+    """A Redis stream name of this test's own; it and its side keys (`<name>...`) are deleted afterwards."""
+    name = f"test:requestlogs:{uuid.uuid4().hex}"
+    yield name
+    client = redis.Redis.from_url(redis_url)
+    keys = list(client.scan_iter(f"{name}*"))
+    if keys:
+        client.delete(*keys)

@@ -68,10 +68,10 @@ def test_detail_of_a_foreign_request_is_404_for_a_user(role, rows, admin_client,
         assert foreign.status_code == 200
 
 
-def test_detail_body(catalog, admin_client):
+def test_detail_body(log_catalog, admin_client):
     log = insert_logs(
         log_record(
-            key=catalog.ursula_key,
+            key=log_catalog.ursula_key,
             **fallback(step=1),
             status=200,
             cost_usd=0.0005,
@@ -84,13 +84,13 @@ def test_detail_body(catalog, admin_client):
 
     body = admin_client.get(detail(log)).json()
 
-    key = catalog.ursula_key
+    key = log_catalog.ursula_key
     assert body["key"] == {"id": key.pk, "name": "ursula laptop", "prefix": key.prefix, "revoked": False}
     assert (body["user"], body["team"], body["application"], body["agent"]) == (
         {"id": key.user_id, "name": "ursula"},
-        {"id": catalog.red.pk, "name": "red"},
-        {"id": catalog.web.pk, "name": "web"},
-        {"id": catalog.agent.pk, "name": "summariser"},
+        {"id": log_catalog.red.pk, "name": "red"},
+        {"id": log_catalog.web.pk, "name": "web"},
+        {"id": log_catalog.agent.pk, "name": "summariser"},
     )
     assert body["fallback"] == {
         "triggered": True,
@@ -112,22 +112,22 @@ def test_detail_body(catalog, admin_client):
     )
 
 
-def test_filters_as_query_parameters(catalog, admin_client):
+def test_filters_as_query_parameters(log_catalog, admin_client):
     rows = insert_logs(
-        log_record(key=catalog.ursula_key, status=503),
-        log_record(key=catalog.ursula_key, stream=True, at=NOW - 1),
-        log_record(key=catalog.oscar_key, status=503, at=NOW - 2),
+        log_record(key=log_catalog.ursula_key, status=503),
+        log_record(key=log_catalog.ursula_key, stream=True, at=NOW - 1),
+        log_record(key=log_catalog.oscar_key, status=503, at=NOW - 2),
     )
 
     assert ids(admin_client.get(LIST, {"status": "5xx"})) == [rows[0].request_id, rows[2].request_id]
-    assert ids(admin_client.get(LIST, {"status": "5xx", "key": catalog.ursula_key.pk})) == [rows[0].request_id]
+    assert ids(admin_client.get(LIST, {"status": "5xx", "key": log_catalog.ursula_key.pk})) == [rows[0].request_id]
     assert ids(admin_client.get(LIST, {"stream": "yes"})) == [rows[1].request_id]
     assert ids(admin_client.get(LIST, {"order": "oldest"})) == [r.request_id for r in reversed(rows)]
     assert ids(admin_client.get(LIST, {"from": "2000-01-01T00:00:00Z", "to": "2000-01-02T00:00:00+02:00"})) == []
 
 
-def test_cursor_links_page_through_and_keep_the_filters(catalog, admin_client):
-    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i // 3, stream=i % 2 == 0) for i in range(120)))
+def test_cursor_links_page_through_and_keep_the_filters(log_catalog, admin_client):
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i // 3, stream=i % 2 == 0) for i in range(120)))
     streaming = [r.request_id for r in sorted(rows, key=lambda r: (r.created_at, r.pk), reverse=True) if r.stream]
 
     seen, response = [], admin_client.get(LIST, {"stream": "yes", "page_size": "50"})
@@ -179,17 +179,17 @@ def test_bad_input_is_a_400_naming_the_parameter(rows, admin_client, params, fie
     assert response.json() == {"detail": f"{field}: {message}", "errors": {field: [message]}}
 
 
-def test_a_user_naming_another_users_key_gets_a_400_not_their_rows(catalog, rows, user_client):
-    response = user_client.get(LIST, {"key": catalog.oscar_key.pk})
+def test_a_user_naming_another_users_key_gets_a_400_not_their_rows(log_catalog, rows, user_client):
+    response = user_client.get(LIST, {"key": log_catalog.oscar_key.pk})
 
     assert response.status_code == 400
-    assert response.json()["errors"] == {"key": [f"Unknown gateway key “{catalog.oscar_key.pk}”."]}
+    assert response.json()["errors"] == {"key": [f"Unknown gateway key “{log_catalog.oscar_key.pk}”."]}
 
 
-def test_a_cursor_cannot_reach_rows_outside_the_viewers_scope(catalog, rows, admin_client, user_client):
+def test_a_cursor_cannot_reach_rows_outside_the_viewers_scope(log_catalog, rows, admin_client, user_client):
     # A cursor taken from the admin's view positions the user's page; it never widens what they see.
     cursor_url = admin_client.get(LIST, {"page_size": "25"}).json()["next"]
-    insert_logs(*(log_record(key=catalog.oscar_key, at=NOW - 10 - i) for i in range(30)))
+    insert_logs(*(log_record(key=log_catalog.oscar_key, at=NOW - 10 - i) for i in range(30)))
     admin_next = admin_client.get(LIST).json()["next"]
 
     response = user_client.get(admin_next)
@@ -230,16 +230,16 @@ def test_schema_documents_both_endpoints(admin_client):
     assert "attempts" in schema["components"]["schemas"]["RequestLog"]["properties"]
 
 
-def test_page_only_parameters_do_not_change_the_api(catalog, admin_client):
-    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(3)))
+def test_page_only_parameters_do_not_change_the_api(log_catalog, admin_client):
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(3)))
 
     response = admin_client.get(LIST, {"order": "oldest", "follow": "1", "since": "whatever"})
 
     assert ids(response) == [r.request_id for r in reversed(rows)]
 
 
-def test_api_cursors_and_ids_reveal_no_row_ids(catalog, user_client):
-    insert_logs(*(log_record(key=catalog.ursula_key, at=NOW - i) for i in range(30)))
+def test_api_cursors_and_ids_reveal_no_row_ids(log_catalog, user_client):
+    insert_logs(*(log_record(key=log_catalog.ursula_key, at=NOW - i) for i in range(30)))
 
     body = user_client.get(LIST).json()
 

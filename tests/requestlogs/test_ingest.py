@@ -52,13 +52,6 @@ def database_down():
         connections["default"].close()
 
 
-@pytest.fixture
-def stream(redis_url):
-    name = f"test:requestlogs:{uuid.uuid4().hex}"
-    yield name
-    redis.Redis.from_url(redis_url).delete(name)
-
-
 def test_insert_is_idempotent_on_request_id():
     records = [record(i) for i in range(3)]
 

@@ -4,29 +4,19 @@ dead-lettered, a sink that cannot write at shutdown spills to a file that the ne
 import fcntl
 import logging
 import time
-import uuid
 
 import orjson
 import pytest
 import redis
 
-from gateway.logsink import LogSink, StreamKeys
+from gateway.logsink import LogSink
 from requestlogs.ingest import request_logs_ingest
 from requestlogs.models import RequestLog
+from requestlogs.stream import StreamKeys
 from tests.faults import FaultProxy
 from tests.requestlogs.test_ingest import record
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
-
-
-@pytest.fixture
-def stream(redis_url):
-    name = f"test:pipeline-limits:{uuid.uuid4().hex}"
-    yield name
-    client = redis.Redis.from_url(redis_url)
-    keys = list(client.scan_iter(f"{name}*"))
-    if keys:
-        client.delete(*keys)
 
 
 def _until(condition, timeout: float, what: str) -> None:

@@ -7,7 +7,7 @@ import uuid
 import pytest
 import redis
 
-from gateway.logsink import StreamKeys
+from requestlogs.stream import StreamKeys
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db]
 

@@ -58,10 +58,10 @@ def walk(*, filters=NO_FILTER, page_size: int, newest_first: bool = True, viewer
 
 
 @pytest.fixture
-def tied_rows(catalog):
+def tied_rows(log_catalog):
     # Seven rows; three share one timestamp and two another, so only the id breaks those ties.
     moments = [NOW - 50, NOW - 40, NOW - 40, NOW - 40, NOW - 30, NOW - 20, NOW - 20]
-    return insert_logs(*(log_record(key=catalog.alice_key, at=m) for m in moments))
+    return insert_logs(*(log_record(key=log_catalog.alice_key, at=m) for m in moments))
 
 
 def test_keyset_pages_newest_first_cover_every_row_once_across_equal_timestamps(tied_rows):
@@ -168,12 +168,12 @@ FILTER_CASES = {
 
 
 @pytest.mark.parametrize("case", FILTER_CASES)
-def test_each_filter_selects_exactly_its_rows(catalog, case):
+def test_each_filter_selects_exactly_its_rows(log_catalog, case):
     matching, other, filters = FILTER_CASES[case]
     rows = insert_logs(
-        log_record(key=catalog.alice_key, **matching),
-        log_record(key=catalog.alice_key, **other),
-        log_record(key=catalog.alice_key, **matching, at=NOW - 1),
+        log_record(key=log_catalog.alice_key, **matching),
+        log_record(key=log_catalog.alice_key, **other),
+        log_record(key=log_catalog.alice_key, **matching, at=NOW - 1),
     )
 
     page = request_log_page(viewer=ALL, filters=LogFilter(**filters), page_size=25)
@@ -182,13 +182,13 @@ def test_each_filter_selects_exactly_its_rows(catalog, case):
 
 
 @pytest.mark.parametrize("attr", ["key", "team", "application"])
-def test_key_team_and_application_filters(catalog, attr):
+def test_key_team_and_application_filters(log_catalog, attr):
     rows = insert_logs(
-        log_record(key=catalog.ursula_key),
-        log_record(key=catalog.oscar_key),
-        log_record(key=catalog.alice_key),
+        log_record(key=log_catalog.ursula_key),
+        log_record(key=log_catalog.oscar_key),
+        log_record(key=log_catalog.alice_key),
     )
-    target = {"key": catalog.ursula_key.pk, "team": catalog.red.pk, "application": catalog.web.pk}[attr]
+    target = {"key": log_catalog.ursula_key.pk, "team": log_catalog.red.pk, "application": log_catalog.web.pk}[attr]
     filters = LogFilter(**{f"{attr}_id": target})
 
     page = request_log_page(viewer=ALL, filters=filters, page_size=25)
@@ -196,9 +196,9 @@ def test_key_team_and_application_filters(catalog, attr):
     assert ids(page.rows) == [rows[0].request_id]
 
 
-def test_status_classes_split_2xx_4xx_5xx_and_client_gone(catalog):
+def test_status_classes_split_2xx_4xx_5xx_and_client_gone(log_catalog):
     by_status = {
-        s: insert_logs(log_record(key=catalog.alice_key, status=s))[0] for s in (200, 201, 404, 429, 499, 502, 503)
+        s: insert_logs(log_record(key=log_catalog.alice_key, status=s))[0] for s in (200, 201, 404, 429, 499, 502, 503)
     }
 
     def statuses(status_class):
@@ -212,10 +212,10 @@ def test_status_classes_split_2xx_4xx_5xx_and_client_gone(catalog):
     assert len(by_status) == 7
 
 
-def test_time_range_includes_since_and_excludes_until(catalog):
+def test_time_range_includes_since_and_excludes_until(log_catalog):
     base = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
     rows = insert_logs(
-        *(log_record(key=catalog.alice_key, at=(base + timedelta(minutes=m)).timestamp()) for m in range(4))
+        *(log_record(key=log_catalog.alice_key, at=(base + timedelta(minutes=m)).timestamp()) for m in range(4))
     )
 
     page = request_log_page(
@@ -227,27 +227,27 @@ def test_time_range_includes_since_and_excludes_until(catalog):
     assert ids(page.rows) == [rows[2].request_id, rows[1].request_id]
 
 
-def test_filters_combine(catalog):
+def test_filters_combine(log_catalog):
     rows = insert_logs(
-        log_record(key=catalog.ursula_key, **fallback()),
-        log_record(key=catalog.ursula_key, served_provider="backup", served_model="claude"),
-        log_record(key=catalog.oscar_key, **fallback()),
+        log_record(key=log_catalog.ursula_key, **fallback()),
+        log_record(key=log_catalog.ursula_key, served_provider="backup", served_model="claude"),
+        log_record(key=log_catalog.oscar_key, **fallback()),
     )
 
     page = request_log_page(
         viewer=ALL,
-        filters=LogFilter(provider="backup", served_model="claude", fallback=True, key_id=catalog.ursula_key.pk),
+        filters=LogFilter(provider="backup", served_model="claude", fallback=True, key_id=log_catalog.ursula_key.pk),
         page_size=25,
     )
 
     assert ids(page.rows) == [rows[0].request_id]
 
 
-def test_a_user_sees_only_their_own_keys_requests(catalog, plain_user):
-    mine = insert_logs(log_record(key=catalog.ursula_key), log_record(key=catalog.ursula_key2, at=NOW - 1))
-    insert_logs(log_record(key=catalog.oscar_key), log_record(key=catalog.alice_key))
+def test_a_user_sees_only_their_own_keys_requests(log_catalog, plain_user):
+    mine = insert_logs(log_record(key=log_catalog.ursula_key), log_record(key=log_catalog.ursula_key2, at=NOW - 1))
+    insert_logs(log_record(key=log_catalog.oscar_key), log_record(key=log_catalog.alice_key))
     # A row made with ursula's key while it belonged to someone else stays theirs.
-    insert_logs(log_record(key=catalog.ursula_key, user_id=catalog.oscar.pk))
+    insert_logs(log_record(key=log_catalog.ursula_key, user_id=log_catalog.oscar.pk))
     viewer = viewer_for(plain_user)
 
     page = request_log_page(viewer=viewer, filters=LogFilter(), page_size=25)
@@ -257,17 +257,17 @@ def test_a_user_sees_only_their_own_keys_requests(catalog, plain_user):
     assert request_log_get(viewer=viewer, request_id=mine[0].request_id) == mine[0]
 
 
-def test_a_user_cannot_get_another_users_request_by_id(catalog, plain_user):
-    theirs = insert_logs(log_record(key=catalog.oscar_key))[0]
+def test_a_user_cannot_get_another_users_request_by_id(log_catalog, plain_user):
+    theirs = insert_logs(log_record(key=log_catalog.oscar_key))[0]
 
     assert request_log_get(viewer=viewer_for(plain_user), request_id=theirs.request_id) is None
     assert request_log_get(viewer=ALL, request_id=theirs.request_id) == theirs
 
 
-def test_a_user_without_keys_sees_nothing(catalog, django_user_model):
+def test_a_user_without_keys_sees_nothing(log_catalog, django_user_model):
     from tests.conftest import _make_user
 
-    insert_logs(log_record(key=catalog.oscar_key))
+    insert_logs(log_record(key=log_catalog.oscar_key))
     viewer = viewer_for(_make_user(django_user_model, "newbie", "user"))
 
     assert viewer == Viewer(sees_all=False, user_id=viewer.user_id, key_ids=())
@@ -275,19 +275,21 @@ def test_a_user_without_keys_sees_nothing(catalog, django_user_model):
     assert request_log_count(viewer=viewer, filters=LogFilter()).value == 0
 
 
-def test_roles_map_to_viewers(catalog, admin_user, bi_user, plain_user, django_user_model):
+def test_roles_map_to_viewers(log_catalog, admin_user, bi_user, plain_user, django_user_model):
     from tests.conftest import _make_user
 
     assert viewer_for(admin_user) == ALL
     assert viewer_for(bi_user) == ALL
     assert viewer_for(plain_user) == Viewer(
-        sees_all=False, user_id=plain_user.pk, key_ids=tuple(sorted([catalog.ursula_key.pk, catalog.ursula_key2.pk]))
+        sees_all=False,
+        user_id=plain_user.pk,
+        key_ids=tuple(sorted([log_catalog.ursula_key.pk, log_catalog.ursula_key2.pk])),
     )
     assert viewer_for(_make_user(django_user_model, "nobody", None)) is None
 
 
-def test_count_is_capped(catalog):
-    insert_logs(*(log_record(key=catalog.alice_key) for _ in range(5)))
+def test_count_is_capped(log_catalog):
+    insert_logs(*(log_record(key=log_catalog.alice_key) for _ in range(5)))
 
     assert request_log_count(viewer=ALL, filters=LogFilter(), cap=3) == type(
         request_log_count(viewer=ALL, filters=LogFilter())
@@ -296,8 +298,8 @@ def test_count_is_capped(catalog):
     assert request_log_count(viewer=ALL, filters=LogFilter(), cap=5).value == 5
 
 
-def test_batches_stop_at_the_limit_in_display_order(catalog):
-    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(7)))
+def test_batches_stop_at_the_limit_in_display_order(log_catalog):
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(7)))
 
     batches = list(request_log_batches(viewer=ALL, filters=LogFilter(), limit=6, batch_size=3, first_batch_size=1))
 
@@ -305,10 +307,10 @@ def test_batches_stop_at_the_limit_in_display_order(catalog):
     assert batches[0][0].attempts == rows[0].attempts
 
 
-def test_attempts_read_odd_values_as_unknown(catalog):
+def test_attempts_read_odd_values_as_unknown(log_catalog):
     log = insert_logs(
         log_record(
-            key=catalog.alice_key,
+            key=log_catalog.alice_key,
             attempts=[
                 {"provider": "openai", "model": "gpt-4o", "status": 503, "error": None, "duration_ms": 12},
                 {"provider": "backup", "status": "200", "error": "timeout", "duration_ms": "fast"},

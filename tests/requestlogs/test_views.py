@@ -76,7 +76,7 @@ def test_a_user_without_a_role_gets_403(rows, django_user_model):
     assert client.get(reverse("requestlogs:export")).status_code == 403
 
 
-def test_the_user_role_sees_only_its_own_keys_in_the_key_filter(catalog, rows, user_client, admin_client):
+def test_the_user_role_sees_only_its_own_keys_in_the_key_filter(log_catalog, rows, user_client, admin_client):
     user_html = user_client.get(LIST_URL).content.decode()
     admin_html = admin_client.get(LIST_URL).content.decode()
 
@@ -84,18 +84,24 @@ def test_the_user_role_sees_only_its_own_keys_in_the_key_filter(catalog, rows, u
         select = re.search(r'<select id="log-key" name="key">(.*?)</select>', html, re.S).group(1)
         return re.findall(r'<option value="(\d*)"', select)
 
-    assert key_options(user_html) == ["", str(catalog.ursula_key2.pk), str(catalog.ursula_key.pk)]
+    assert key_options(user_html) == ["", str(log_catalog.ursula_key2.pk), str(log_catalog.ursula_key.pk)]
     assert sorted(key_options(admin_html)) == sorted(
-        ["", *(str(k.pk) for k in (catalog.alice_key, catalog.ursula_key, catalog.ursula_key2, catalog.oscar_key))]
+        [
+            "",
+            *(
+                str(k.pk)
+                for k in (log_catalog.alice_key, log_catalog.ursula_key, log_catalog.ursula_key2, log_catalog.oscar_key)
+            ),
+        ]
     )
     assert "oscar" not in user_html and "blue" not in user_html and "batch" not in user_html
 
 
-def test_a_user_naming_another_users_key_gets_an_error_and_no_rows(catalog, rows, user_client):
-    response = user_client.get(LIST_URL, {"key": catalog.oscar_key.pk})
+def test_a_user_naming_another_users_key_gets_an_error_and_no_rows(log_catalog, rows, user_client):
+    response = user_client.get(LIST_URL, {"key": log_catalog.oscar_key.pk})
 
     assert shown(response) == []
-    assert summary(response) == [f"Gateway key: Unknown gateway key “{catalog.oscar_key.pk}”."]
+    assert summary(response) == [f"Gateway key: Unknown gateway key “{log_catalog.oscar_key.pk}”."]
 
 
 @pytest.mark.parametrize("role", ["admin", "bi_read_only", "user"])
@@ -148,9 +154,9 @@ def test_request_id_jump_never_reveals_another_users_request(rows, user_client):
 
 
 @pytest.fixture
-def varied(catalog):
+def varied(log_catalog):
     """Rows that differ in one attribute each from a plain 200 by alice's key."""
-    key = catalog.alice_key
+    key = log_catalog.alice_key
     return {
         "plain": log_record(key=key, at=NOW - 10),
         "alias": log_record(key=key, at=NOW - 11, requested_model="default"),
@@ -159,7 +165,7 @@ def varied(catalog):
         "client_error": log_record(key=key, at=NOW - 14, status=404),
         "gone": log_record(key=key, at=NOW - 15, status=499),
         "stream": log_record(key=key, at=NOW - 16, stream=True),
-        "ursula": log_record(key=catalog.ursula_key, at=NOW - 17),
+        "ursula": log_record(key=log_catalog.ursula_key, at=NOW - 17),
         "old": log_record(key=key, at=NOW - 3 * 3600),
         "ancient": log_record(key=key, at=NOW - 3 * 86400),
     }
@@ -193,20 +199,20 @@ def _filter_cases(catalog):
     ]
 
 
-def test_every_filter_from_the_url(catalog, varied, admin_client):
+def test_every_filter_from_the_url(log_catalog, varied, admin_client):
     insert_logs(*varied.values())
     ids = {name: record["request_id"] for name, record in varied.items()}
 
-    for params, expected in _filter_cases(catalog):
+    for params, expected in _filter_cases(log_catalog):
         response = admin_client.get(LIST_URL, params)
 
         assert response.status_code == 200, params
         assert shown(response) == [ids[name] for name in expected], params
 
 
-def test_custom_range_from_and_to(catalog, admin_client):
+def test_custom_range_from_and_to(log_catalog, admin_client):
     at = [1_764_499_980 + 60 * m for m in range(4)]  # 2025-11-30 10:53, 10:54, 10:55, 10:56 UTC
-    rows = insert_logs(*(log_record(key=catalog.alice_key, at=t) for t in at))
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=t) for t in at))
 
     def iso(t):
         return time.strftime("%Y-%m-%dT%H:%M", time.gmtime(t))
@@ -311,8 +317,8 @@ def _links(response) -> dict[str, str]:
     }
 
 
-def test_older_and_newer_links_walk_the_pages(catalog, admin_client):
-    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(60)))
+def test_older_and_newer_links_walk_the_pages(log_catalog, admin_client):
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(60)))
     ids = [r.request_id for r in rows]
 
     first = admin_client.get(LIST_URL)
@@ -326,8 +332,8 @@ def test_older_and_newer_links_walk_the_pages(catalog, admin_client):
     assert "1,000+" not in first.content.decode() and "<strong>60</strong> requests" in first.content.decode()
 
 
-def test_page_size_and_oldest_first(catalog, admin_client):
-    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(60)))
+def test_page_size_and_oldest_first(log_catalog, admin_client):
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(60)))
     ids = [r.request_id for r in rows]
 
     fifty = admin_client.get(LIST_URL, {"page_size": "50"})
@@ -340,9 +346,9 @@ def test_page_size_and_oldest_first(catalog, admin_client):
     assert 'Time <span aria-hidden="true">▲</span>' in oldest.content.decode()
 
 
-def test_count_over_the_cap_says_so(catalog, admin_client, monkeypatch):
+def test_count_over_the_cap_says_so(log_catalog, admin_client, monkeypatch):
     monkeypatch.setattr(log_views, "COUNT_CAP", 3)
-    insert_logs(*(log_record(key=catalog.alice_key) for _ in range(5)))
+    insert_logs(*(log_record(key=log_catalog.alice_key) for _ in range(5)))
 
     html = admin_client.get(LIST_URL).content.decode()
 
@@ -369,8 +375,8 @@ def test_full_page_without_htmx(rows, admin_client):
     assert "HX-Push-Url" not in response
 
 
-def test_htmx_paging_pushes_the_cursor_url(catalog, admin_client):
-    insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(30)))
+def test_htmx_paging_pushes_the_cursor_url(log_catalog, admin_client):
+    insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(30)))
     older = _links(admin_client.get(LIST_URL))["next"]
 
     response = admin_client.get(older, headers=htmx("log-page"))
@@ -386,9 +392,9 @@ def test_bad_filters_over_htmx_push_the_url_as_typed(rows, admin_client):
     assert summary(response) == ["Status: Unknown status class “nope”: use 2xx, 4xx, 5xx or client_gone."]
 
 
-def test_a_name_the_catalog_does_not_know_is_searched_with_a_notice(catalog, admin_client):
+def test_a_name_the_catalog_does_not_know_is_searched_with_a_notice(log_catalog, admin_client):
     # Logs keep names the catalog no longer has (a renamed model, a deleted provider): never an error.
-    gone = insert_logs(log_record(key=catalog.alice_key, served_provider="retired", served_model="gpt-3"))[0]
+    gone = insert_logs(log_record(key=log_catalog.alice_key, served_provider="retired", served_model="gpt-3"))[0]
 
     by_provider = admin_client.get(LIST_URL, {"provider": "retired"})
     by_model = admin_client.get(LIST_URL, {"served_model": "gpt-3"})
@@ -401,11 +407,11 @@ def test_a_name_the_catalog_does_not_know_is_searched_with_a_notice(catalog, adm
     assert "in the catalog now" not in known.content.decode()
 
 
-def test_follow_polls_the_table_and_marks_new_rows(catalog, admin_client):
-    old = insert_logs(log_record(key=catalog.alice_key, at=NOW - 5))[0]
+def test_follow_polls_the_table_and_marks_new_rows(log_catalog, admin_client):
+    old = insert_logs(log_record(key=log_catalog.alice_key, at=NOW - 5))[0]
     page = admin_client.get(LIST_URL, {"follow": "1", "provider": "openai"})
     poll_url = re.search(r'<div id="log-table" hx-get="([^"]+)" hx-trigger="every 2s"', page.content.decode())
-    new = insert_logs(log_record(key=catalog.alice_key, at=NOW - 1))[0]
+    new = insert_logs(log_record(key=log_catalog.alice_key, at=NOW - 1))[0]
 
     poll = admin_client.get(
         poll_url.group(1).replace("&amp;", "&"), headers=htmx("log-table", **{"HX-Trigger": "log-table"})
@@ -423,8 +429,8 @@ def test_follow_polls_the_table_and_marks_new_rows(catalog, admin_client):
     assert f'<tr id="log-row-{old.request_id}" data-row-link="log-link-{old.request_id}">' in html
 
 
-def test_follow_is_off_by_default_and_older_links_leave_it(catalog, admin_client):
-    insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(30)))
+def test_follow_is_off_by_default_and_older_links_leave_it(log_catalog, admin_client):
+    insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(30)))
 
     plain = admin_client.get(LIST_URL).content.decode()
     following = admin_client.get(LIST_URL, {"follow": "1"})
@@ -434,13 +440,13 @@ def test_follow_is_off_by_default_and_older_links_leave_it(catalog, admin_client
     assert 'id="log-follow" name="follow" value="1" checked' in following.content.decode()
 
 
-def test_list_query_count_does_not_grow_with_rows(catalog, admin_client):
-    insert_logs(log_record(key=catalog.alice_key))
+def test_list_query_count_does_not_grow_with_rows(log_catalog, admin_client):
+    insert_logs(log_record(key=log_catalog.alice_key))
     admin_client.get(LIST_URL)  # session and role caches warm
 
     with CaptureQueriesContext(connection) as one:
         admin_client.get(LIST_URL)
-    insert_logs(log_record(key=catalog.ursula_key), log_record(key=catalog.oscar_key))
+    insert_logs(log_record(key=log_catalog.ursula_key), log_record(key=log_catalog.oscar_key))
     with CaptureQueriesContext(connection) as three:
         response = admin_client.get(LIST_URL)
 
@@ -448,13 +454,13 @@ def test_list_query_count_does_not_grow_with_rows(catalog, admin_client):
     assert len(three.captured_queries) == len(one.captured_queries)
 
 
-def test_empty_states(catalog, admin_client, user_client, django_user_model):
+def test_empty_states(log_catalog, admin_client, user_client, django_user_model):
     keyless = Client()
     keyless.force_login(_make_user(django_user_model, "keyless", "user"))
 
     nothing = admin_client.get(LIST_URL).content.decode()
     no_keys = keyless.get(LIST_URL).content.decode()
-    insert_logs(log_record(key=catalog.alice_key, at=NOW - 3 * 86400))
+    insert_logs(log_record(key=log_catalog.alice_key, at=NOW - 3 * 86400))
     out_of_range = admin_client.get(LIST_URL).content.decode()
 
     assert "No requests yet — send one through the gateway." in nothing
@@ -467,7 +473,7 @@ def test_empty_states(catalog, admin_client, user_client, django_user_model):
 
 
 @pytest.fixture
-def fell_back(catalog):
+def fell_back(log_catalog):
     """A request whose primary and first chain entry failed; the chain's second entry served it."""
     chain = chain_create(
         actor=None,
@@ -477,7 +483,7 @@ def fell_back(catalog):
     )
     return insert_logs(
         log_record(
-            key=catalog.ursula_key,
+            key=log_catalog.ursula_key,
             requested_model="default",
             routed_model="gpt-4o",
             **fallback(step=2, served_model="mistral"),
@@ -627,13 +633,13 @@ def test_list_shows_key_models_status_timing_tokens_cost_and_fallback_badge(fell
 # ---------- Provider Health → Request Logs ----------
 
 
-def test_provider_health_rows_link_to_their_requests_of_the_last_hour(catalog, admin_client):
+def test_provider_health_rows_link_to_their_requests_of_the_last_hour(log_catalog, admin_client):
     engine = MemoryEngine(clock=ManualClock(round(time.time(), 3)))
     engine.record(engine.allow("backup", "claude"), Outcome.of_status(503))
     mine = insert_logs(
-        log_record(key=catalog.alice_key, served_provider="backup", served_model="claude", at=NOW - 60),
-        log_record(key=catalog.alice_key, served_provider="backup", served_model="claude", at=NOW - 7200),
-        log_record(key=catalog.alice_key, served_provider="openai", served_model="gpt-4o", at=NOW - 60),
+        log_record(key=log_catalog.alice_key, served_provider="backup", served_model="claude", at=NOW - 60),
+        log_record(key=log_catalog.alice_key, served_provider="backup", served_model="claude", at=NOW - 7200),
+        log_record(key=log_catalog.alice_key, served_provider="openai", served_model="gpt-4o", at=NOW - 60),
     )
 
     with use_engine(engine):
@@ -676,9 +682,9 @@ def test_csv_streams_the_current_filter_with_the_cap_in_its_name(fell_back, rows
     assert line["key_name"] == "ursula laptop"
 
 
-def test_csv_stops_at_the_cap(catalog, admin_client, monkeypatch):
+def test_csv_stops_at_the_cap(log_catalog, admin_client, monkeypatch):
     monkeypatch.setattr(log_views, "EXPORT_CAP", 3)
-    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(5)))
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(5)))
 
     response = admin_client.get(reverse("requestlogs:export"))
 
@@ -687,8 +693,8 @@ def test_csv_stops_at_the_cap(catalog, admin_client, monkeypatch):
     assert response["Content-Disposition"].endswith('-first-3-rows.csv"')
 
 
-def test_csv_neutralises_spreadsheet_formulas(catalog, admin_client):
-    insert_logs(log_record(key=catalog.alice_key, requested_model='=HYPERLINK("http://evil")'))
+def test_csv_neutralises_spreadsheet_formulas(log_catalog, admin_client):
+    insert_logs(log_record(key=log_catalog.alice_key, requested_model='=HYPERLINK("http://evil")'))
 
     body = b"".join(admin_client.get(reverse("requestlogs:export")).streaming_content).decode()
 
@@ -705,9 +711,9 @@ def test_csv_with_bad_filters_is_a_400_with_the_message(rows, admin_client):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_csv_under_asgi_streams_the_same_rows(catalog, admin_user):
+def test_csv_under_asgi_streams_the_same_rows(log_catalog, admin_user):
     # The console runs under ASGI in embedded mode: the export must stream there too (an async iterator).
-    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(3)))
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(3)))
     client = AsyncClient()
 
     async def fetch():
@@ -725,8 +731,8 @@ def test_csv_under_asgi_streams_the_same_rows(catalog, admin_user):
     assert [line["request_id"] for line in table] == [r.request_id for r in rows]
 
 
-def test_follow_always_reads_newest_first(catalog, admin_client):
-    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(3)))
+def test_follow_always_reads_newest_first(log_catalog, admin_client):
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(3)))
 
     following = admin_client.get(LIST_URL, {"follow": "1", "order": "oldest"})
     oldest = admin_client.get(LIST_URL, {"order": "oldest"})
@@ -746,9 +752,9 @@ def test_meta_line_says_when_filters_narrow_the_rows(rows, admin_client):
 TOKEN = re.compile(r"[A-Za-z0-9_-]{40,}")
 
 
-def test_paging_and_follow_links_carry_no_row_ids(catalog, user_client):
+def test_paging_and_follow_links_carry_no_row_ids(log_catalog, user_client):
     # Row ids count every user's requests; a user must not be able to read them from the links.
-    insert_logs(*(log_record(key=catalog.ursula_key, at=NOW - i) for i in range(30)))
+    insert_logs(*(log_record(key=log_catalog.ursula_key, at=NOW - i) for i in range(30)))
 
     page = user_client.get(LIST_URL, {"follow": "1"}).content.decode()
     older = _links(user_client.get(LIST_URL))["next"]
@@ -759,8 +765,8 @@ def test_paging_and_follow_links_carry_no_row_ids(catalog, user_client):
     assert not re.search(r"data-(row-)?id=\"\d+\"", page)
 
 
-def test_an_empty_page_past_the_end_leads_back(catalog, admin_client):
-    rows = insert_logs(*(log_record(key=catalog.alice_key, at=NOW - i) for i in range(26)))
+def test_an_empty_page_past_the_end_leads_back(log_catalog, admin_client):
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(26)))
     older = _links(admin_client.get(LIST_URL))["next"]
     # The one row of page 2 goes (retention, say): page 2 is empty but still leads back.
     rows[-1].delete()
@@ -774,7 +780,7 @@ def test_an_empty_page_past_the_end_leads_back(catalog, admin_client):
     assert shown(back) == [r.request_id for r in rows[:25]]
 
 
-def test_the_follow_poll_with_filters_no_longer_valid_swaps_the_whole_region(catalog, admin_client):
+def test_the_follow_poll_with_filters_no_longer_valid_swaps_the_whole_region(log_catalog, admin_client):
     response = admin_client.get(
         LIST_URL, {"follow": "1", "team": "999999"}, headers=htmx("log-table", **{"HX-Trigger": "log-table"})
     )
@@ -801,7 +807,7 @@ def test_unknown_urls_get_a_plain_not_found_page(admin_client):
     assert "There is nothing at this address." in html and "Resolver404" not in html
 
 
-def test_custom_range_inputs_accept_seconds(catalog, admin_client):
+def test_custom_range_inputs_accept_seconds(log_catalog, admin_client):
     # A link with seconds (from the API, or shared) must not make the browser refuse the form.
     html = admin_client.get(LIST_URL, {"from": "2026-11-30T10:00:30"}).content.decode()
 

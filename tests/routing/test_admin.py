@@ -6,14 +6,9 @@ from django.db import DatabaseError, connection
 from audit.models import AuditEvent
 from catalog.enums import ScopeType
 from routing.models import Alias, Guardrail, RoutingRule
-from tests.factories import AliasFactory, LlmModelFactory, RoutingRuleFactory, TeamFactory
+from tests.factories import AliasFactory, GuardrailFactory, RoutingRuleFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def models(db):
-    return {name: LlmModelFactory(name=name) for name in ("gpt-4o", "gpt-4o-mini", "claude-sonnet")}
 
 
 def events() -> list[tuple]:
@@ -253,9 +248,7 @@ def test_admin_guardrail_form_shows_the_service_errors_and_saves_nothing(admin_c
 
 
 def test_admin_guardrail_change_audits_only_the_changed_fields(admin_client, models):
-    guardrail = Guardrail.objects.create(
-        name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive."
-    )
+    guardrail = GuardrailFactory(name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive.")
 
     response = admin_client.post(
         f"/admin/routing/guardrail/{guardrail.pk}/change/",
@@ -276,9 +269,7 @@ def test_admin_guardrail_change_audits_only_the_changed_fields(admin_client, mod
 
 
 def test_admin_guardrail_change_refused_by_the_service_changes_nothing(admin_client, models):
-    guardrail = Guardrail.objects.create(
-        name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive."
-    )
+    guardrail = GuardrailFactory(name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive.")
 
     response = admin_client.post(f"/admin/routing/guardrail/{guardrail.pk}/change/", guardrail_form(models, message=""))
 
@@ -289,8 +280,9 @@ def test_admin_guardrail_change_refused_by_the_service_changes_nothing(admin_cli
 
 def test_admin_guardrail_delete_is_audited_once(admin_client, models):
     team = TeamFactory(name="payments")
-    guardrail = Guardrail.objects.create(
+    guardrail = GuardrailFactory(
         name="Cheaper",
+        model=None,
         action="rewrite",
         target_model=models["gpt-4o-mini"],
         scope_type=ScopeType.TEAM,
@@ -353,8 +345,8 @@ def test_admin_bulk_delete_audits_every_rule_alias_and_guardrail(admin_client, m
     ]
     aliases = [AliasFactory(name="fast", model=models["gpt-4o"]), AliasFactory(name="smart", model=models["gpt-4o"])]
     guardrails = [
-        Guardrail.objects.create(name="G1", action="deny", message="No."),
-        Guardrail.objects.create(name="G2", action="deny", message="No."),
+        GuardrailFactory(name="G1", model=None, action="deny", message="No."),
+        GuardrailFactory(name="G2", model=None, action="deny", message="No."),
     ]
 
     for url, objects in (("routingrule", rules), ("alias", aliases), ("guardrail", guardrails)):

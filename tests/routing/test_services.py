@@ -17,14 +17,9 @@ from routing.services import (
     guardrail_validate,
     routing_rule_validate,
 )
-from tests.factories import AgentFactory, AliasFactory, LlmModelFactory, RoutingRuleFactory
+from tests.factories import AgentFactory, AliasFactory, GuardrailFactory, RoutingRuleFactory
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def models(db):
-    return {name: LlmModelFactory(name=name) for name in ("gpt-4o", "gpt-4o-mini")}
 
 
 @pytest.fixture
@@ -141,9 +136,7 @@ def test_guardrail_catch_all_rewrite_is_allowed(admin_user, models):
 
 
 def test_guardrail_update_audits_only_changed_fields(admin_user, models, published, django_capture_on_commit_callbacks):
-    guardrail = Guardrail.objects.create(
-        name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive."
-    )
+    guardrail = GuardrailFactory(name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive.")
 
     with django_capture_on_commit_callbacks(execute=True):
         guardrail_update(actor=admin_user, guardrail=guardrail, data=deny(message="Use gpt-4o-mini.", enabled=False))
@@ -161,9 +154,7 @@ def test_guardrail_update_audits_only_changed_fields(admin_user, models, publish
 
 
 def test_guardrail_update_refused_changes_nothing(admin_user, models):
-    guardrail = Guardrail.objects.create(
-        name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive."
-    )
+    guardrail = GuardrailFactory(name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive.")
 
     with pytest.raises(ValidationFailed):
         guardrail_update(actor=admin_user, guardrail=guardrail, data=deny(action="rewrite"))
@@ -173,9 +164,7 @@ def test_guardrail_update_refused_changes_nothing(admin_user, models):
 
 
 def test_guardrail_update_without_changes_writes_no_event(admin_user, models):
-    guardrail = Guardrail.objects.create(
-        name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive."
-    )
+    guardrail = GuardrailFactory(name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive.")
 
     guardrail_update(actor=admin_user, guardrail=guardrail, data=deny())
 
@@ -185,9 +174,7 @@ def test_guardrail_update_without_changes_writes_no_event(admin_user, models):
 def test_guardrail_delete_keeps_a_snapshot_and_publishes(
     admin_user, models, published, django_capture_on_commit_callbacks
 ):
-    guardrail = Guardrail.objects.create(
-        name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive."
-    )
+    guardrail = GuardrailFactory(name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive.")
     pk = guardrail.pk
 
     with django_capture_on_commit_callbacks(execute=True):

@@ -12,7 +12,8 @@ from catalog.checks import STORED_DATA, stored_data_checks
 
 
 class Command(DjangoCheckCommand):
-    def handle(self, *app_labels: str, **options: Any) -> None:
+    # Any, not str: django-stubs declares the parent's labels as list[str] (they are str).
+    def handle(self, *app_labels: Any, **options: Any) -> None:
         tags = options.get("tags") or []
         wanted = STORED_DATA in tags or (not tags and not options.get("deploy"))
         with stored_data_checks(wanted):

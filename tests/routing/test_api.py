@@ -2,8 +2,8 @@ import pytest
 
 from audit.models import AuditEvent
 from routing.models import Alias, RoutingRule
-from tests.api.helpers import patch_json, post_json, put_json
 from tests.factories import AliasFactory, LlmModelFactory, RoutingRuleFactory, TeamFactory
+from tests.helpers.api import patch_json, post_json, put_json
 
 
 def rule_body(**overrides) -> dict:

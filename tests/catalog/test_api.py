@@ -7,7 +7,6 @@ from django.test.utils import CaptureQueriesContext
 from audit.models import AuditEvent
 from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
 from routing.models import Guardrail
-from tests.api.helpers import patch_json, post_json, put_json
 from tests.factories import (
     AgentFactory,
     AliasFactory,
@@ -20,6 +19,7 @@ from tests.factories import (
     UserFactory,
 )
 from tests.factories.keys import make_key
+from tests.helpers.api import patch_json, post_json, put_json
 
 PROVIDER_KEY = "sk-live-0123456789abcdef"
 

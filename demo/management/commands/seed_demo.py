@@ -1,6 +1,8 @@
 """Demo data for `make run`: an admin, providers and models, a routing rule, an alias, two chains.
 
-Idempotent: a second run changes nothing except printing the admin password again.
+Written through the services (actor None: "system"), so every object is validated, audited and published
+like one made in the console. Idempotent: a second run changes nothing except printing the admin password
+again.
 """
 
 import secrets
@@ -15,10 +17,23 @@ from django.db import transaction
 
 from catalog.enums import ScopeType
 from catalog.keys import key_hash
-from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
-from catalog.services import api_key_create
+from catalog.models import ApiKey
+from catalog.selectors import provider_list
+from catalog.services import (
+    AgentInput,
+    ApplicationInput,
+    LlmModelInput,
+    ProviderInput,
+    TeamInput,
+    agent_create,
+    api_key_create,
+    application_create,
+    llm_model_create,
+    provider_create,
+    team_create,
+)
 from chains.services import ChainInput, EntryInput, chain_create
-from routing.models import Alias, RoutingRule
+from routing.services import AliasInput, RoutingRuleInput, alias_create, routing_rule_create
 
 PROVIDERS = [
     # name, protocol, simulator path. The simulator speaks the OpenAI protocol for every provider.
@@ -82,49 +97,55 @@ class Command(BaseCommand):
         return secret
 
     def _catalog(self) -> bool:
-        if Provider.objects.exists():
+        """Create the demo catalog unless there is one already (any provider: the demo's, or the user's own)."""
+        if provider_list().exists():
             return False
         base = getattr(settings, "SIMULATOR_URL", "http://127.0.0.1:8001").rstrip("/")
-        providers = {
-            name: Provider.objects.create(
-                name=name,
-                protocol=protocol,
-                base_url=f"{base}/{path}/v1",
+        for name, protocol, path in PROVIDERS:
+            provider_create(
+                actor=None,
+                data=ProviderInput(
+                    name=name,
+                    protocol=protocol,
+                    base_url=f"{base}/{path}/v1",
+                    connect_timeout=2.0,
+                    read_timeout=30.0,
+                ),
                 api_key=f"sk-demo-{name}",
-                connect_timeout=2.0,
-                read_timeout=30.0,
             )
-            for name, protocol, path in PROVIDERS
-        }
-        models = {
-            name: LlmModel.objects.create(
-                name=name,
-                provider=providers[provider],
-                capabilities=caps,
-                input_price_per_mtok=Decimal(inp),
-                output_price_per_mtok=Decimal(out),
-                context_window=ctx,
+        for name, provider, caps, inp, out, ctx in MODELS:
+            llm_model_create(
+                actor=None,
+                data=LlmModelInput(
+                    name=name,
+                    provider=provider,
+                    capabilities=caps,
+                    input_price_per_mtok=Decimal(inp),
+                    output_price_per_mtok=Decimal(out),
+                    context_window=ctx,
+                ),
             )
-            for name, provider, caps, inp, out, ctx in MODELS
-        }
-        payments = Team.objects.create(name="payments")
-        support = Team.objects.create(name="support")
-        checkout = Application.objects.create(name="checkout", team=payments)
-        Agent.objects.create(name="refund-bot", application=checkout)
+        payments = team_create(actor=None, data=TeamInput(name="payments"))
+        support = team_create(actor=None, data=TeamInput(name="support"))
+        application_create(actor=None, data=ApplicationInput(name="checkout", team="payments"))
+        agent_create(actor=None, data=AgentInput(name="refund-bot", application="checkout"))
         for name, role in (("analyst", "bi_read_only"), ("developer", "user")):
             user = get_user_model()._default_manager.create_user(name, password=None)
             user.groups.add(Group.objects.get(name=role))
 
-        RoutingRule.objects.create(
-            name="Support drafts on the small model",
-            source_model=models["gpt-4o"],
-            target_model=models["gpt-4o-mini"],
-            scope_type=ScopeType.TEAM,
-            scope_id=support.pk,
-            enabled=True,
+        routing_rule_create(
+            actor=None,
+            data=RoutingRuleInput(
+                name="Support drafts on the small model",
+                source_model="gpt-4o",
+                target_model="gpt-4o-mini",
+                scope_type=ScopeType.TEAM,
+                scope_id=support.pk,
+                enabled=True,
+            ),
         )
-        Alias.objects.create(name="default", model=models["gpt-4o"])
-        Alias.objects.create(name="fast", model=models["gpt-4o-mini"])
+        alias_create(actor=None, data=AliasInput(name="default", model="gpt-4o"))
+        alias_create(actor=None, data=AliasInput(name="fast", model="gpt-4o-mini"))
 
         chain_create(
             actor=None,

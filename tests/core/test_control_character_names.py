@@ -11,8 +11,8 @@ from core.errors import ValidationFailed
 from core.validators import CONTROL_CHARACTERS_MESSAGE
 from routing.models import Alias, Guardrail, RoutingRule
 from routing.services import GuardrailInput, guardrail_create
-from tests.api.helpers import patch_json, post_json
 from tests.factories import TeamFactory, UserFactory
+from tests.helpers.api import patch_json, post_json
 
 # Inside the name: leading and trailing whitespace (a trailing newline included) is stripped, not refused.
 # NUL is left out: DRF's and Django's form CharFields already refuse it ("Null characters are not allowed.").

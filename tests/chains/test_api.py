@@ -2,8 +2,8 @@ import pytest
 
 from audit.models import AuditEvent
 from chains.models import ChainEntry, FallbackChain
-from tests.api.helpers import patch_json, post_json, put_json
 from tests.factories import ChainFactory, LlmModelFactory, TeamFactory
+from tests.helpers.api import patch_json, post_json, put_json
 
 LIST_URL = "/api/chains/"
 

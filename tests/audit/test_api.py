@@ -3,7 +3,7 @@ from django.db import transaction
 
 from audit.models import AuditEvent
 from audit.services import audit_record
-from tests.api.helpers import post_json, put_json
+from tests.helpers.api import post_json, put_json
 
 URL = "/api/audit/"
 

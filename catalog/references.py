@@ -1,0 +1,115 @@
+"""Who still uses a catalog row: a registry the apps above catalog fill in, so catalog never reads their tables.
+
+Catalog sits below routing and chains, yet it must refuse to delete a provider, a model or a scope target
+(team, application, agent, user, key) that their rows still name, and refuse a model name an alias already
+has. Each of those apps registers its finders in its AppConfig.ready(); catalog's services ask here.
+
+`order` places a kind in the 409's message and `errors` dict whatever order the apps load in (chains 10,
+routing rules 20, guardrails 30, aliases 40; catalog's own "models" come last). Registering a kind again
+replaces it, so a second ready() does not double it.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from catalog.models import LlmModel, Provider
+
+
+class ProviderFinder(Protocol):
+    def __call__(self, *, provider: Provider) -> list[str]: ...
+
+
+class ModelFinder(Protocol):
+    def __call__(self, *, model: LlmModel) -> list[str]: ...
+
+
+class ScopeFinder(Protocol):
+    def __call__(self, *, scope_type: str, scope_id: int) -> list[str]: ...
+
+
+class NameClaim(Protocol):
+    def __call__(self, *, name: str) -> bool: ...
+
+
+@dataclass(frozen=True)
+class _Referrer[F]:
+    kind: str  # key in the ConflictError's errors, e.g. "routing_rules"
+    label: str  # in its message, e.g. "routing rules"
+    order: int
+    find: F
+
+
+@dataclass(frozen=True)
+class _Claim:
+    what: str  # e.g. "an alias", as in "“fast” is already an alias"
+    claims: NameClaim
+
+
+_provider_referrers: dict[str, _Referrer[ProviderFinder]] = {}
+_model_referrers: dict[str, _Referrer[ModelFinder]] = {}
+_scope_referrers: dict[str, _Referrer[ScopeFinder]] = {}
+_model_name_claims: dict[str, _Claim] = {}
+_labels: dict[str, str] = {}
+
+
+def register_provider_referrer(*, kind: str, label: str, order: int, find: ProviderFinder) -> None:
+    """`find(provider=...)` names the rows of `kind` that use the provider."""
+    _provider_referrers[kind] = _Referrer(kind, label, order, find)
+    _labels[kind] = label
+
+
+def register_model_referrer(*, kind: str, label: str, order: int, find: ModelFinder) -> None:
+    """`find(model=...)` names the rows of `kind` that use the model."""
+    _model_referrers[kind] = _Referrer(kind, label, order, find)
+    _labels[kind] = label
+
+
+def register_scope_referrer(*, kind: str, label: str, order: int, find: ScopeFinder) -> None:
+    """`find(scope_type=..., scope_id=...)` names the rows of `kind` scoped to that target."""
+    _scope_referrers[kind] = _Referrer(kind, label, order, find)
+    _labels[kind] = label
+
+
+def register_model_name_claim(*, kind: str, what: str, claims: NameClaim) -> None:
+    """`claims(name=...)` is True when a row of `kind` has that name, which a model then cannot take."""
+    _model_name_claims[kind] = _Claim(what, claims)
+
+
+def _found[F](referrers: dict[str, _Referrer[F]], ask: Callable[[F], list[str]]) -> dict[str, list[str]]:
+    refs: dict[str, list[str]] = {}
+    for referrer in sorted(referrers.values(), key=lambda r: (r.order, r.kind)):
+        if names := ask(referrer.find):
+            refs[referrer.kind] = names
+    return refs
+
+
+def provider_references(*, provider: Provider) -> dict[str, list[str]]:
+    """Kind → names of the registered rows that use `provider`, by `order`."""
+    return _found(_provider_referrers, lambda find: find(provider=provider))
+
+
+def model_references(*, model: LlmModel) -> dict[str, list[str]]:
+    """Kind → names of the registered rows that use `model`, by `order`."""
+    return _found(_model_referrers, lambda find: find(model=model))
+
+
+def scope_references(*, scope_type: str, scope_id: int) -> dict[str, list[str]]:
+    """Kind → names of the registered rows scoped to one target.
+
+    Scopes store a bare target id (no foreign key), so deleting a target they name would leave them dangling.
+    """
+    return _found(_scope_referrers, lambda find: find(scope_type=scope_type, scope_id=scope_id))
+
+
+def model_name_claimed_as(*, name: str) -> str | None:
+    """What already has this name (e.g. "an alias"), or None when a model may take it."""
+    for claim in _model_name_claims.values():
+        if claim.claims(name=name):
+            return claim.what
+    return None
+
+
+def reference_label(kind: str) -> str:
+    """How a kind reads in a message ("routing_rules" → "routing rules"); unknown kinds read as themselves."""
+    return _labels.get(kind, kind)

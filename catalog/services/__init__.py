@@ -1,0 +1,91 @@
+"""Writes of catalog objects, one module per entity. Each service is one transaction and writes its audit
+event inside it. Every public name is re-exported here: callers import from `catalog.services`."""
+
+from catalog.services._shared import name_checked, refuse_if_referenced
+from catalog.services.keys import (
+    ApiKeyInput,
+    CreatedKey,
+    api_key_create,
+    api_key_issue,
+    api_key_revoke,
+    api_key_update,
+    api_key_validate,
+)
+from catalog.services.models import (
+    INT_MAX,
+    PRICE_MAX,
+    LlmModelInput,
+    llm_model_create,
+    llm_model_delete,
+    llm_model_update,
+    llm_model_validate,
+)
+from catalog.services.principals import (
+    AgentInput,
+    ApplicationInput,
+    TeamInput,
+    agent_create,
+    agent_delete,
+    agent_update,
+    agent_validate,
+    application_create,
+    application_delete,
+    application_update,
+    application_validate,
+    team_create,
+    team_delete,
+    team_update,
+    team_validate,
+)
+from catalog.services.providers import (
+    ProviderInput,
+    provider_create,
+    provider_delete,
+    provider_update,
+    provider_validate,
+)
+from catalog.services.tokens import console_token_create, console_token_revoke
+from catalog.services.users import user_delete, user_set_active
+
+__all__ = [
+    "INT_MAX",
+    "PRICE_MAX",
+    "AgentInput",
+    "ApiKeyInput",
+    "ApplicationInput",
+    "CreatedKey",
+    "LlmModelInput",
+    "ProviderInput",
+    "TeamInput",
+    "agent_create",
+    "agent_delete",
+    "agent_update",
+    "agent_validate",
+    "api_key_create",
+    "api_key_issue",
+    "api_key_revoke",
+    "api_key_update",
+    "api_key_validate",
+    "application_create",
+    "application_delete",
+    "application_update",
+    "application_validate",
+    "console_token_create",
+    "console_token_revoke",
+    "llm_model_create",
+    "llm_model_delete",
+    "llm_model_update",
+    "llm_model_validate",
+    "name_checked",
+    "provider_create",
+    "provider_delete",
+    "provider_update",
+    "provider_validate",
+    "refuse_if_referenced",
+    "team_create",
+    "team_delete",
+    "team_update",
+    "team_validate",
+    "user_delete",
+    "user_set_active",
+]

@@ -1,0 +1,169 @@
+"""Writes of gateway API keys: issued to an active user, renamed or re-attributed, revoked (never deleted)."""
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.services import audit_record
+from catalog.keys import key_generate
+from catalog.models import Agent, ApiKey, Application, Team
+from catalog.selectors import user_by_username
+from catalog.services._shared import audit_update, named
+from core.configbus import config_publish
+from core.types import Actor
+from core.validation import FieldErrors
+from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
+
+
+@dataclass(frozen=True)
+class CreatedKey:
+    key: ApiKey
+    secret: str  # shown once, never stored
+
+
+@dataclass(frozen=True)
+class ApiKeyInput:
+    """A key's editable fields; team, application and agent by name (None or blank: none)."""
+
+    name: str
+    team: str | None = None
+    application: str | None = None
+    agent: str | None = None
+
+
+def _api_key_snapshot(key: ApiKey) -> dict[str, Any]:
+    return {
+        "name": key.name,
+        "prefix": key.prefix,
+        "user": key.user.get_username(),
+        "team": key.team.name if key.team else None,
+        "application": key.application.name if key.application else None,
+        "agent": key.agent.name if key.agent else None,
+    }
+
+
+def _api_key_name_checked(errors: FieldErrors, value: str | None) -> str:
+    name = (value or "").strip()
+    if not name:
+        errors.add("name", "Key name is required and cannot be only whitespace.")
+    elif has_control_characters(name):
+        errors.add("name", CONTROL_CHARACTERS_MESSAGE)
+    elif len(name) > 128:
+        errors.add("name", "Key name is at most 128 characters.")
+    return name
+
+
+def _api_key_owner_checked(errors: FieldErrors, user: Any) -> None:
+    if user is None:
+        errors.add("user", "A key needs an owner.")
+    elif not user.is_active:
+        # The gateway refuses an inactive user's keys; a key issued now would look valid and never work.
+        errors.add(
+            "user", f"User “{user.get_username()}” is deactivated: their keys do not work. Reactivate the user first."
+        )
+
+
+def api_key_validate(*, name: str, user: Any) -> None:
+    """Raise ValidationFailed as api_key_create would for this name and owner; writes nothing."""
+    errors = FieldErrors()
+    _api_key_name_checked(errors, name)
+    _api_key_owner_checked(errors, user)
+    errors.raise_if_any()
+
+
+def _api_key_fields(errors: FieldErrors, data: ApiKeyInput) -> dict[str, Any]:
+    name = _api_key_name_checked(errors, data.name)
+    team = named(errors, "team", data.team, label="team", lookup=lambda n: Team.objects.filter(name=n).first())
+    application = named(
+        errors,
+        "application",
+        data.application,
+        label="application",
+        lookup=lambda n: Application.objects.filter(name=n).first(),
+    )
+    agent = named(errors, "agent", data.agent, label="agent", lookup=lambda n: Agent.objects.filter(name=n).first())
+    return {"name": name, "team": team, "application": application, "agent": agent}
+
+
+@transaction.atomic
+def api_key_create(
+    *,
+    actor: Actor,
+    name: str,
+    user: Any,
+    team: Team | None = None,
+    application: Application | None = None,
+    agent: Agent | None = None,
+) -> CreatedKey:
+    """Issue a gateway key to an active user; only its hash is stored, the secret is returned once."""
+    errors = FieldErrors()
+    name = _api_key_name_checked(errors, name)
+    _api_key_owner_checked(errors, user)
+    errors.raise_if_any()
+    secret, prefix, hashed = key_generate()
+    key = ApiKey.objects.create(
+        name=name, prefix=prefix, hashed_secret=hashed, user=user, team=team, application=application, agent=agent
+    )
+    audit_record(
+        actor=actor,
+        action="api_key.create",
+        object_type="api_key",
+        object_id=key.pk,
+        object_repr=str(key),
+        after=_api_key_snapshot(key),
+    )
+    transaction.on_commit(config_publish)
+    return CreatedKey(key=key, secret=secret)
+
+
+@transaction.atomic
+def api_key_issue(*, actor: Actor, data: ApiKeyInput, username: str | None = None) -> CreatedKey:
+    """Issue a key for the user named `username` (default: the actor), resolving team/application/agent by name."""
+    errors = FieldErrors()
+    user: Any = actor
+    wanted = (username or "").strip()
+    if wanted:
+        user = user_by_username(username=wanted)
+        if user is None:
+            errors.add("user", f"Unknown user “{wanted}”.")
+    if user is not None:
+        _api_key_owner_checked(errors, user)
+    fields = _api_key_fields(errors, data)
+    errors.raise_if_any()
+    return api_key_create(actor=actor, user=user, **fields)
+
+
+@transaction.atomic
+def api_key_update(*, actor: Actor, key: ApiKey, data: ApiKeyInput) -> ApiKey:
+    """Rename a key or change the team, application and agent it names; its owner and secret never change."""
+    errors = FieldErrors()
+    fields = _api_key_fields(errors, data)
+    errors.raise_if_any()
+    before = _api_key_snapshot(key)
+    for name, value in fields.items():
+        setattr(key, name, value)
+    key.save(update_fields=list(fields))
+    audit_update(actor=actor, object_type="api_key", obj=key, before=before, after=_api_key_snapshot(key))
+    transaction.on_commit(config_publish)
+    return key
+
+
+@transaction.atomic
+def api_key_revoke(*, actor: Actor, key: ApiKey) -> ApiKey:
+    """Revoke a key at once (idempotent)."""
+    updated = ApiKey.objects.filter(pk=key.pk, revoked_at=None).update(revoked_at=timezone.now())
+    key.refresh_from_db()
+    if updated:
+        audit_record(
+            actor=actor,
+            action="api_key.revoke",
+            object_type="api_key",
+            object_id=key.pk,
+            object_repr=str(key),
+            before={"revoked_at": None},
+            after={"revoked_at": key.revoked_at},
+        )
+        transaction.on_commit(config_publish)
+    return key

@@ -1,0 +1,133 @@
+"""Writes of LLM models: what clients ask the gateway for, each with a default provider and prices."""
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+
+from audit.services import audit_record
+from catalog.enums import Capability
+from catalog.models import LlmModel, Provider
+from catalog.references import model_name_claimed_as, model_references
+from catalog.services._shared import audit_update, delete_checked, name_checked, refuse_if_referenced, save_named
+from core.configbus import config_publish
+from core.types import Actor
+from core.validation import FieldErrors
+
+# Largest value a DecimalField(max_digits=12, decimal_places=4) holds.
+PRICE_MAX = Decimal("99999999.9999")
+# PositiveIntegerField's range on every supported database.
+INT_MAX = 2_147_483_647
+
+
+@dataclass(frozen=True)
+class LlmModelInput:
+    name: str
+    provider: str
+    capabilities: list[str] = field(default_factory=list)
+    input_price_per_mtok: Decimal = Decimal(0)
+    output_price_per_mtok: Decimal = Decimal(0)
+    context_window: int = 8192
+
+
+def _llm_model_snapshot(model: LlmModel) -> dict[str, Any]:
+    return {
+        "name": model.name,
+        "provider": model.provider.name,
+        "capabilities": list(model.capabilities),
+        "input_price_per_mtok": str(model.input_price_per_mtok),
+        "output_price_per_mtok": str(model.output_price_per_mtok),
+        "context_window": model.context_window,
+    }
+
+
+def _llm_model_validate(data: LlmModelInput, *, exclude_pk: int | None) -> dict[str, Any]:
+    errors = FieldErrors()
+    taken = LlmModel.objects.exclude(pk=exclude_pk) if exclude_pk else LlmModel.objects.all()
+    name = name_checked(errors, data.name, label="Model", max_length=128, taken=taken)
+    if name and (what := model_name_claimed_as(name=name)):
+        # Clients could not tell the alias from the model.
+        errors.add("name", f"“{name}” is already {what}; choose another name.")
+    provider_name = (data.provider or "").strip()
+    provider = Provider.objects.filter(name=provider_name).first() if provider_name else None
+    if not provider_name:
+        errors.add("provider", "Provider is required.")
+    elif provider is None:
+        errors.add("provider", f"Unknown provider “{provider_name}”.")
+    unknown = [c for c in data.capabilities if c not in Capability.values]
+    if unknown:
+        errors.add(
+            "capabilities", f"Unknown capabilities {', '.join(unknown)}; allowed: {', '.join(Capability.values)}."
+        )
+    for field_name in ("input_price_per_mtok", "output_price_per_mtok"):
+        price = Decimal(getattr(data, field_name))
+        if not price.is_finite() or price < 0:
+            errors.add(field_name, "Price cannot be negative.")
+        elif price > PRICE_MAX:
+            errors.add(field_name, f"Price is at most {PRICE_MAX}.")
+    if not 1 <= data.context_window <= INT_MAX:
+        errors.add("context_window", f"Context window must be between 1 and {INT_MAX} tokens.")
+    errors.raise_if_any()
+    # Stored once each, in the enum's order, so equal sets compare equal.
+    capabilities = [c for c in Capability.values if c in data.capabilities]
+    return {
+        "name": name,
+        "provider": provider,
+        "capabilities": capabilities,
+        "input_price_per_mtok": data.input_price_per_mtok,
+        "output_price_per_mtok": data.output_price_per_mtok,
+        "context_window": data.context_window,
+    }
+
+
+def llm_model_validate(*, data: LlmModelInput, model: LlmModel | None = None) -> None:
+    """Raise ValidationFailed as llm_model_create (or llm_model_update of `model`) would; writes nothing."""
+    _llm_model_validate(data, exclude_pk=model.pk if model else None)
+
+
+@transaction.atomic
+def llm_model_create(*, actor: Actor, data: LlmModelInput) -> LlmModel:
+    """Add a model to the catalog."""
+    model = LlmModel(**_llm_model_validate(data, exclude_pk=None))
+    save_named(model, label="Model")
+    audit_record(
+        actor=actor,
+        action="model.create",
+        object_type="model",
+        object_id=model.pk,
+        object_repr=str(model),
+        after=_llm_model_snapshot(model),
+    )
+    transaction.on_commit(config_publish)
+    return model
+
+
+@transaction.atomic
+def llm_model_update(*, actor: Actor, model: LlmModel, data: LlmModelInput) -> LlmModel:
+    """Replace a model's fields."""
+    fields = _llm_model_validate(data, exclude_pk=model.pk)
+    before = _llm_model_snapshot(model)
+    for name, value in fields.items():
+        setattr(model, name, value)
+    save_named(model, label="Model")
+    audit_update(actor=actor, object_type="model", obj=model, before=before, after=_llm_model_snapshot(model))
+    transaction.on_commit(config_publish)
+    return model
+
+
+@transaction.atomic
+def llm_model_delete(*, actor: Actor, model: LlmModel) -> None:
+    """Delete a model no chain, routing rule, guardrail or alias uses (ConflictError names them otherwise)."""
+    refuse_if_referenced(f"Model “{model.name}”", model_references(model=model))
+    snapshot, pk = _llm_model_snapshot(model), model.pk
+    delete_checked(model, what=f"Model “{model.name}”")
+    audit_record(
+        actor=actor,
+        action="model.delete",
+        object_type="model",
+        object_id=pk,
+        object_repr=snapshot["name"],
+        before=snapshot,
+    )
+    transaction.on_commit(config_publish)

@@ -1,0 +1,134 @@
+"""Writes of providers: the upstream APIs the gateway calls."""
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from audit.services import audit_record
+from catalog.enums import Protocol
+from catalog.models import Provider, base_url_problem
+from catalog.references import provider_references
+from catalog.selectors import models_of_provider
+from catalog.services._shared import audit_update, delete_checked, name_checked, refuse_if_referenced, save_named
+from core.configbus import config_publish
+from core.types import Actor
+from core.validation import FieldErrors
+from core.validators import SECRET_CONTROL_CHARACTERS_MESSAGE, has_control_characters
+
+
+@dataclass(frozen=True)
+class ProviderInput:
+    name: str
+    base_url: str
+    protocol: str = Protocol.OPENAI
+    connect_timeout: float = 5.0
+    read_timeout: float = 60.0
+
+
+def _provider_snapshot(provider: Provider) -> dict[str, Any]:
+    # The API key itself never enters the audit log; only whether one is set.
+    return {
+        "name": provider.name,
+        "protocol": provider.protocol,
+        "base_url": provider.base_url,
+        "has_api_key": bool(provider.api_key),
+        "connect_timeout": provider.connect_timeout,
+        "read_timeout": provider.read_timeout,
+    }
+
+
+def _provider_validate(data: ProviderInput, *, exclude_pk: int | None, api_key: str | None = None) -> dict[str, Any]:
+    errors = FieldErrors()
+    if api_key and has_control_characters(api_key.strip()):
+        # It is sent in the Authorization header of every upstream call.
+        errors.add("api_key", SECRET_CONTROL_CHARACTERS_MESSAGE)
+    taken = Provider.objects.exclude(pk=exclude_pk) if exclude_pk else Provider.objects.all()
+    name = name_checked(errors, data.name, label="Provider", max_length=64, taken=taken)
+    if "/" in name:
+        # Circuits are keyed "provider/model"; a slash would make the key ambiguous.
+        errors.add("name", "Provider name cannot contain “/” (circuits are named provider/model).")
+    if data.protocol not in Protocol.values:
+        errors.add("protocol", f"Protocol must be one of: {', '.join(Protocol.values)}.")
+    base_url = (data.base_url or "").strip()
+    if not base_url:
+        errors.add("base_url", "Base URL is required.")
+    elif len(base_url) > 500:
+        errors.add("base_url", "Base URL is at most 500 characters.")
+    elif problem := base_url_problem(base_url):
+        errors.add("base_url", problem)
+    for field_name in ("connect_timeout", "read_timeout"):
+        value = getattr(data, field_name)
+        if not math.isfinite(value) or value < 0.1:
+            errors.add(field_name, "Timeout must be at least 0.1 seconds.")
+    errors.raise_if_any()
+    return {
+        "name": name,
+        "protocol": data.protocol,
+        "base_url": base_url,
+        "connect_timeout": data.connect_timeout,
+        "read_timeout": data.read_timeout,
+    }
+
+
+def provider_validate(*, data: ProviderInput, provider: Provider | None = None) -> None:
+    """Raise ValidationFailed as provider_create (or provider_update of `provider`) would; writes nothing."""
+    _provider_validate(data, exclude_pk=provider.pk if provider else None)
+
+
+@transaction.atomic
+def provider_create(*, actor: Actor, data: ProviderInput, api_key: str = "") -> Provider:
+    """Create a provider; its API key is stored encrypted and never returned."""
+    fields = _provider_validate(data, exclude_pk=None, api_key=api_key)
+    provider = Provider(**fields, api_key=(api_key or "").strip())
+    save_named(provider, label="Provider")
+    audit_record(
+        actor=actor,
+        action="provider.create",
+        object_type="provider",
+        object_id=provider.pk,
+        object_repr=str(provider),
+        after=_provider_snapshot(provider),
+    )
+    transaction.on_commit(config_publish)
+    return provider
+
+
+@transaction.atomic
+def provider_update(*, actor: Actor, provider: Provider, data: ProviderInput, api_key: str | None = None) -> Provider:
+    """Replace a provider's fields; `api_key=None` keeps the stored key, "" clears it."""
+    fields = _provider_validate(data, exclude_pk=provider.pk, api_key=api_key)
+    before = _provider_snapshot(provider)
+    key_replaced = api_key is not None and bool(provider.api_key) and bool(api_key.strip())
+    for name, value in fields.items():
+        setattr(provider, name, value)
+    if api_key is not None:
+        provider.api_key = api_key.strip()
+    save_named(provider, label="Provider")
+    after = _provider_snapshot(provider)
+    if key_replaced:
+        before["api_key"], after["api_key"] = "(previous key)", "(replaced)"
+    audit_update(actor=actor, object_type="provider", obj=provider, before=before, after=after)
+    transaction.on_commit(config_publish)
+    return provider
+
+
+@transaction.atomic
+def provider_delete(*, actor: Actor, provider: Provider) -> None:
+    """Delete a provider that no chain or model uses (ConflictError names them otherwise)."""
+    refs = provider_references(provider=provider)
+    if model_names := models_of_provider(provider=provider):
+        refs["models"] = model_names
+    refuse_if_referenced(f"Provider “{provider.name}”", refs)
+    snapshot, pk = _provider_snapshot(provider), provider.pk
+    delete_checked(provider, what=f"Provider “{provider.name}”")
+    audit_record(
+        actor=actor,
+        action="provider.delete",
+        object_type="provider",
+        object_id=pk,
+        object_repr=snapshot["name"],
+        before=snapshot,
+    )
+    transaction.on_commit(config_publish)

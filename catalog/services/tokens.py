@@ -1,0 +1,68 @@
+"""Writes of console API tokens: what REST API scripts authenticate with (never gateway keys)."""
+
+import secrets
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from audit.services import audit_record
+from catalog.keys import key_hash
+from catalog.models import ConsoleToken
+from core.types import Actor
+from core.validation import FieldErrors
+from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
+
+_CONSOLE_TOKEN_PREFIX = "cpt-"
+
+
+def _console_token_snapshot(token: ConsoleToken) -> dict[str, Any]:
+    # Never the secret nor its hash.
+    return {"name": token.name, "prefix": token.prefix, "user": token.user.get_username()}
+
+
+@transaction.atomic
+def console_token_create(*, actor: Actor, user: Any, name: str) -> tuple[ConsoleToken, str]:
+    """Issue a REST API token for `user`; only its SHA-256 is stored, the secret is returned once."""
+    errors = FieldErrors()
+    name = (name or "").strip()
+    if not name:
+        errors.add("name", "Token name is required and cannot be only whitespace.")
+    elif has_control_characters(name):
+        errors.add("name", CONTROL_CHARACTERS_MESSAGE)
+    elif len(name) > 128:
+        errors.add("name", "Token name is at most 128 characters.")
+    errors.raise_if_any()
+    # Same shape as the gateway keys (catalog.keys), with its own prefix so the two are never confused.
+    ident = secrets.token_hex(4)
+    secret = f"{_CONSOLE_TOKEN_PREFIX}{ident}-{secrets.token_urlsafe(32)}"
+    token = ConsoleToken.objects.create(
+        user=user, name=name, prefix=f"{_CONSOLE_TOKEN_PREFIX}{ident}", hashed_secret=key_hash(secret)
+    )
+    audit_record(
+        actor=actor,
+        action="console_token.create",
+        object_type="console_token",
+        object_id=token.pk,
+        object_repr=str(token),
+        after=_console_token_snapshot(token),
+    )
+    return token, secret
+
+
+@transaction.atomic
+def console_token_revoke(*, actor: Actor, token: ConsoleToken) -> ConsoleToken:
+    """Revoke a REST API token at once (idempotent: revoking it again changes and audits nothing)."""
+    updated = ConsoleToken.objects.filter(pk=token.pk, revoked_at=None).update(revoked_at=timezone.now())
+    token.refresh_from_db()
+    if updated:
+        audit_record(
+            actor=actor,
+            action="console_token.revoke",
+            object_type="console_token",
+            object_id=token.pk,
+            object_repr=str(token),
+            before={"revoked_at": None},
+            after={"revoked_at": token.revoked_at},
+        )
+    return token

@@ -1,0 +1,74 @@
+"""Writes of users the catalog owns: deleting one (refused while anything names them) and (de)activating."""
+
+from typing import Any
+
+from django.db import transaction
+
+from audit.services import audit_record
+from catalog.enums import ScopeType
+from catalog.references import scope_references
+from catalog.selectors import api_keys_of_user, api_keys_usable_count
+from catalog.services._shared import delete_checked, refuse_if_referenced
+from core.configbus import config_publish
+from core.errors import ConflictError
+from core.types import Actor
+
+
+@transaction.atomic
+def user_delete(*, actor: Actor, user: Any) -> None:
+    """Delete a user no chain, routing rule or guardrail is scoped to and who owns no gateway key.
+
+    Keys are revoked, never deleted (request logs name them), and deleting a user would delete theirs:
+    such a user is deactivated instead.
+    """
+    what = f"User “{user.get_username()}”"
+    refuse_if_referenced(what, scope_references(scope_type=ScopeType.USER, scope_id=user.pk))
+    if keys := api_keys_of_user(user=user):
+        raise ConflictError(
+            f"{what} owns gateway keys {', '.join(f'“{k}”' for k in keys)}. Keys are revoked, never deleted: "
+            "deactivate the user instead.",
+            errors={"api_keys": keys},
+        )
+    snapshot = {
+        "username": user.get_username(),
+        "email": user.email,
+        "is_active": user.is_active,
+        "is_staff": user.is_staff,
+        "is_superuser": user.is_superuser,
+        "groups": sorted(user.groups.values_list("name", flat=True)),
+    }
+    pk = user.pk
+    delete_checked(user, what=what)
+    audit_record(
+        actor=actor,
+        action="user.delete",
+        object_type="user",
+        object_id=pk,
+        object_repr=snapshot["username"],
+        before=snapshot,
+    )
+
+
+@transaction.atomic
+def user_set_active(*, actor: Actor, user: Any, active: bool) -> int:
+    """Activate or deactivate a user, audited; returns how many of their gateway keys this stops (or restores).
+
+    The gateway refuses the keys of an inactive user (the config reload follows the commit); the keys are not
+    revoked, so reactivating the user makes them work again. Setting the state the user already has changes,
+    audits and publishes nothing, and returns 0.
+    """
+    updated = type(user)._default_manager.filter(pk=user.pk, is_active=not active).update(is_active=active)
+    user.is_active = active
+    if not updated:
+        return 0
+    audit_record(
+        actor=actor,
+        action="user.update",
+        object_type="user",
+        object_id=user.pk,
+        object_repr=user.get_username(),
+        before={"is_active": not active},
+        after={"is_active": active},
+    )
+    transaction.on_commit(config_publish)
+    return api_keys_usable_count(users=[user])

@@ -1,0 +1,122 @@
+"""Admin pages that write through the services, so the admin validates, refuses (409) and audits exactly
+like the API; a refusal becomes an error message and nothing changes.
+
+A form subclasses ServiceForm (the service's input and check); an admin subclasses ServiceModelAdmin and
+declares the services it saves and deletes with, or ServiceAdmin when it writes some other way.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db import models, transaction
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+
+from core.errors import ApplicationError, ValidationFailed
+
+
+class ServiceForm(forms.ModelForm):
+    """Runs the service's validation in clean(), so the admin shows the API's messages next to the fields."""
+
+    # Each subclass defines both: the service input built from cleaned_data, and the service's check.
+    service_input: Callable[[], Any]
+    service_validate: Callable[[Any], None]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned  # the service would only repeat what the fields already say
+        try:
+            self.service_validate(self.service_input())
+        except ValidationFailed as exc:
+            for field, problems in exc.errors.items():
+                self.add_error(field if field in self.fields else None, problems)
+        return cleaned
+
+    @property
+    def current(self) -> Any:
+        """The stored object being edited (None when adding)."""
+        return self.instance if self.instance.pk else None
+
+
+class ServiceAdmin(admin.ModelAdmin):
+    """Turns a service refusal (ApplicationError) into an error message; the transaction rolls back."""
+
+    def _refused(self, request: HttpRequest, exc: ApplicationError, url: str) -> HttpResponse:
+        self.message_user(request, exc.message, messages.ERROR)
+        return HttpResponseRedirect(url)
+
+    def changeform_view(
+        self, request: HttpRequest, object_id: str | None = None, form_url: str = "", extra_context: Any = None
+    ) -> HttpResponse:
+        # The form already ran the service's checks; this catches a write that raced another one.
+        try:
+            return super().changeform_view(request, object_id, form_url, extra_context)
+        except ApplicationError as exc:
+            return self._refused(request, exc, request.get_full_path())
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context: Any = None) -> HttpResponse:
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except ApplicationError as exc:
+            return self._refused(request, exc, request.path.rsplit("/delete/", 1)[0] + "/change/")
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        # "Delete selected" logs and deletes outside a transaction; one refusal must undo the whole batch.
+        try:
+            with transaction.atomic():
+                return super().changelist_view(request, extra_context)
+        except ApplicationError as exc:
+            return self._refused(request, exc, request.get_full_path())
+
+    def delete_queryset(self, request: HttpRequest, queryset: Any) -> None:
+        with transaction.atomic():
+            for obj in queryset:
+                self.delete_model(request, obj)
+
+
+class ServiceModelAdmin(ServiceAdmin):
+    """Saves and deletes through the services a subclass declares (wrap each in staticmethod):
+
+        create_service(*, actor, data, **service_kwargs) -> the new row
+        update_service(*, actor, <service_keyword>=stored row, data, **service_kwargs) -> the row
+        delete_service(*, actor, <service_keyword>=row)
+
+    `data` is the form's service_input() (override to_input to change that). The update service gets the row
+    as stored, re-read with `stored_related`, not the form's already-changed instance: the audit diffs it."""
+
+    create_service: Callable[..., models.Model]
+    update_service: Callable[..., models.Model]
+    delete_service: Callable[..., None]
+    service_keyword: str  # how the update and delete services name the row: "team", "rule", ...
+    stored_related: tuple[str, ...] = ()
+
+    def to_input(self, form: ServiceForm) -> Any:
+        return form.service_input()
+
+    def service_kwargs(self, form: ServiceForm, change: bool) -> dict[str, Any]:
+        """Arguments beyond actor, row and data (e.g. a secret that is not part of the input)."""
+        return {}
+
+    def stored(self, obj: models.Model) -> models.Model:
+        rows = self.model._default_manager.all()
+        if self.stored_related:
+            rows = rows.select_related(*self.stored_related)
+        stored: models.Model = rows.get(pk=obj.pk)
+        return stored
+
+    def save_model(self, request: HttpRequest, obj: models.Model, form: Any, change: bool) -> None:
+        extra = self.service_kwargs(form, change)
+        if change:
+            saved = self.update_service(
+                actor=request.user, **{self.service_keyword: self.stored(obj)}, data=self.to_input(form), **extra
+            )
+        else:
+            saved = self.create_service(actor=request.user, data=self.to_input(form), **extra)
+        # The admin redirects and logs with `obj`; give it the row the service wrote.
+        obj.pk = saved.pk
+        obj.refresh_from_db()
+
+    def delete_model(self, request: HttpRequest, obj: models.Model) -> None:
+        self.delete_service(actor=request.user, **{self.service_keyword: obj})
