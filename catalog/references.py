@@ -35,7 +35,6 @@ class NameClaim(Protocol):
 @dataclass(frozen=True)
 class _Referrer[F]:
     kind: str  # key in the ConflictError's errors, e.g. "routing_rules"
-    label: str  # in its message, e.g. "routing rules"
     order: int
     find: F
 
@@ -55,19 +54,19 @@ _labels: dict[str, str] = {}
 
 def register_provider_referrer(*, kind: str, label: str, order: int, find: ProviderFinder) -> None:
     """`find(provider=...)` names the rows of `kind` that use the provider."""
-    _provider_referrers[kind] = _Referrer(kind, label, order, find)
+    _provider_referrers[kind] = _Referrer(kind, order, find)
     _labels[kind] = label
 
 
 def register_model_referrer(*, kind: str, label: str, order: int, find: ModelFinder) -> None:
     """`find(model=...)` names the rows of `kind` that use the model."""
-    _model_referrers[kind] = _Referrer(kind, label, order, find)
+    _model_referrers[kind] = _Referrer(kind, order, find)
     _labels[kind] = label
 
 
 def register_scope_referrer(*, kind: str, label: str, order: int, find: ScopeFinder) -> None:
     """`find(scope_type=..., scope_id=...)` names the rows of `kind` scoped to that target."""
-    _scope_referrers[kind] = _Referrer(kind, label, order, find)
+    _scope_referrers[kind] = _Referrer(kind, order, find)
     _labels[kind] = label
 
 

@@ -22,8 +22,6 @@ from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
 
 NAME_MAX = 200
 
-User = get_user_model()
-
 
 @dataclass(frozen=True)
 class EntryInput:
@@ -158,7 +156,7 @@ def chain_create(*, actor: Actor, data: ChainInput) -> FallbackChain:
             scope_type=r.scope.type,
             scope_id=r.scope.id,
             enabled=r.enabled,
-            created_by=actor if isinstance(actor, User) else None,  # None: created by the system
+            created_by=actor if isinstance(actor, get_user_model()) else None,  # None: created by the system
         ),
         field="source_model",
         message=_CHAIN_TAKEN,

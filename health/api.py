@@ -3,7 +3,8 @@
 The input serializers check shapes and types; every rule (ranges, the cooldown cap, known providers
 and models) lives in health.services. The console sends the same fields as typed strings and the
 services parse them, so the serializers refuse a value with the services' own message and otherwise
-pass it on as sent: the console and the API give the same per-field messages.
+pass it on as sent: a field's message is the same in the console and the API. As in every other API, a
+type error is reported on its own (with its field in `detail`); the rules are checked once the types are right.
 """
 
 from collections.abc import Mapping

@@ -11,7 +11,7 @@ from audit.services import audit_changes, audit_record
 from catalog.enums import ScopeType
 from catalog.models import LlmModel
 from catalog.scopes import Scope, scope_validate
-from catalog.services import name_checked
+from catalog.services import name_checked, named
 from core.configbus import config_publish
 from core.db import save_unique
 from core.errors import ValidationFailed
@@ -266,14 +266,8 @@ def _guardrail_snapshot(guardrail: Guardrail) -> dict[str, Any]:
     }
 
 
-def _optional_model_named(errors: FieldErrors, field_name: str, value: str | None) -> LlmModel | None:
-    name = (value or "").strip()
-    if not name:
-        return None
-    model = LlmModel.objects.filter(name=name).first()
-    if model is None:
-        errors.add(field_name, f"Unknown model “{name}”.")
-    return model
+def _model_or_none(name: str) -> LlmModel | None:
+    return LlmModel.objects.filter(name=name).first()
 
 
 def _guardrail_validate(data: GuardrailInput) -> dict[str, Any]:
@@ -288,8 +282,8 @@ def _guardrail_validate(data: GuardrailInput) -> dict[str, Any]:
         errors.add("name", f"Guardrail name is at most {GUARDRAIL_NAME_MAX} characters.")
     if data.action not in GuardrailAction.values:
         errors.add("action", f"Action must be one of: {', '.join(GuardrailAction.values)}.")
-    model = _optional_model_named(errors, "model", data.model)
-    target = _optional_model_named(errors, "target_model", data.target_model)
+    model = named(errors, "model", data.model, label="model", lookup=_model_or_none)
+    target = named(errors, "target_model", data.target_model, label="model", lookup=_model_or_none)
     message = (data.message or "").strip()
     if len(message) > GUARDRAIL_MESSAGE_MAX:
         errors.add("message", f"Message is at most {GUARDRAIL_MESSAGE_MAX} characters.")

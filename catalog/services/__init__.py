@@ -1,7 +1,7 @@
 """Writes of catalog objects, one module per entity. Each service is one transaction and writes its audit
 event inside it. Every public name is re-exported here: callers import from `catalog.services`."""
 
-from catalog.services._shared import name_checked, refuse_if_referenced
+from catalog.services._shared import name_checked, named
 from catalog.services.keys import (
     ApiKeyInput,
     CreatedKey,
@@ -77,11 +77,11 @@ __all__ = [
     "llm_model_update",
     "llm_model_validate",
     "name_checked",
+    "named",
     "provider_create",
     "provider_delete",
     "provider_update",
     "provider_validate",
-    "refuse_if_referenced",
     "team_create",
     "team_delete",
     "team_update",

@@ -1,8 +1,9 @@
 """Demo data for `make run`: an admin, providers and models, a routing rule, an alias, two chains.
 
-Written through the services (actor None: "system"), so every object is validated, audited and published
-like one made in the console. Idempotent: a second run changes nothing except printing the admin password
-again.
+The catalog, rules, chains and key are written through the services (actor None: "system"), so each is
+validated, audited and published like one made in the console. The demo users are made directly (users
+are Django's own, created in the admin; there is no user-create service). Idempotent: a second run
+changes nothing except printing the admin password again.
 """
 
 import secrets
