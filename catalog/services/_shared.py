@@ -5,8 +5,9 @@ from typing import Any
 
 from django.db import models, transaction
 from django.db.models.deletion import ProtectedError
+from django.utils import timezone
 
-from audit.services import audit_changes
+from audit.services import audit_changes, audit_record
 from catalog.references import reference_label
 from core.db import save_unique
 from core.errors import ConflictError
@@ -85,3 +86,24 @@ def audit_update(
         before=before,
         after=after,
     )
+
+
+def revoke_once(*, actor: Actor, obj: models.Model, object_type: str) -> bool:
+    """Set `revoked_at` unless it is set already; audit `<object_type>.revoke` only when this call revoked it.
+
+    The conditional UPDATE makes revoking idempotent under concurrency: of two revokes, one audits.
+    `obj` is refreshed either way.
+    """
+    updated = type(obj)._default_manager.filter(pk=obj.pk, revoked_at=None).update(revoked_at=timezone.now())
+    obj.refresh_from_db()
+    if updated:
+        audit_record(
+            actor=actor,
+            action=f"{object_type}.revoke",
+            object_type=object_type,
+            object_id=obj.pk,
+            object_repr=str(obj),
+            before={"revoked_at": None},
+            after={"revoked_at": getattr(obj, "revoked_at")},  # noqa: B009 - any model with revoked_at
+        )
+    return bool(updated)

@@ -4,13 +4,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from audit.services import audit_record
 from catalog.keys import key_generate
 from catalog.models import Agent, ApiKey, Application, Team
 from catalog.selectors import user_by_username
-from catalog.services._shared import audit_update, named
+from catalog.services._shared import audit_update, named, revoke_once
 from core.configbus import config_publish
 from core.types import Actor
 from core.validation import FieldErrors
@@ -153,17 +152,6 @@ def api_key_update(*, actor: Actor, key: ApiKey, data: ApiKeyInput) -> ApiKey:
 @transaction.atomic
 def api_key_revoke(*, actor: Actor, key: ApiKey) -> ApiKey:
     """Revoke a key at once (idempotent)."""
-    updated = ApiKey.objects.filter(pk=key.pk, revoked_at=None).update(revoked_at=timezone.now())
-    key.refresh_from_db()
-    if updated:
-        audit_record(
-            actor=actor,
-            action="api_key.revoke",
-            object_type="api_key",
-            object_id=key.pk,
-            object_repr=str(key),
-            before={"revoked_at": None},
-            after={"revoked_at": key.revoked_at},
-        )
+    if revoke_once(actor=actor, obj=key, object_type="api_key"):
         transaction.on_commit(config_publish)
     return key

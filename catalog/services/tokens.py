@@ -1,19 +1,16 @@
 """Writes of console API tokens: what REST API scripts authenticate with (never gateway keys)."""
 
-import secrets
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from audit.services import audit_record
-from catalog.keys import key_hash
+from catalog.keys import CONSOLE_TOKEN_PREFIX, key_generate
 from catalog.models import ConsoleToken
+from catalog.services._shared import revoke_once
 from core.types import Actor
 from core.validation import FieldErrors
 from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
-
-_CONSOLE_TOKEN_PREFIX = "cpt-"
 
 
 def _console_token_snapshot(token: ConsoleToken) -> dict[str, Any]:
@@ -33,12 +30,8 @@ def console_token_create(*, actor: Actor, user: Any, name: str) -> tuple[Console
     elif len(name) > 128:
         errors.add("name", "Token name is at most 128 characters.")
     errors.raise_if_any()
-    # Same shape as the gateway keys (catalog.keys), with its own prefix so the two are never confused.
-    ident = secrets.token_hex(4)
-    secret = f"{_CONSOLE_TOKEN_PREFIX}{ident}-{secrets.token_urlsafe(32)}"
-    token = ConsoleToken.objects.create(
-        user=user, name=name, prefix=f"{_CONSOLE_TOKEN_PREFIX}{ident}", hashed_secret=key_hash(secret)
-    )
+    secret, prefix, hashed = key_generate(CONSOLE_TOKEN_PREFIX)
+    token = ConsoleToken.objects.create(user=user, name=name, prefix=prefix, hashed_secret=hashed)
     audit_record(
         actor=actor,
         action="console_token.create",
@@ -53,16 +46,5 @@ def console_token_create(*, actor: Actor, user: Any, name: str) -> tuple[Console
 @transaction.atomic
 def console_token_revoke(*, actor: Actor, token: ConsoleToken) -> ConsoleToken:
     """Revoke a REST API token at once (idempotent: revoking it again changes and audits nothing)."""
-    updated = ConsoleToken.objects.filter(pk=token.pk, revoked_at=None).update(revoked_at=timezone.now())
-    token.refresh_from_db()
-    if updated:
-        audit_record(
-            actor=actor,
-            action="console_token.revoke",
-            object_type="console_token",
-            object_id=token.pk,
-            object_repr=str(token),
-            before={"revoked_at": None},
-            after={"revoked_at": token.revoked_at},
-        )
+    revoke_once(actor=actor, obj=token, object_type="console_token")
     return token

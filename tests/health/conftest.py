@@ -7,12 +7,35 @@ import uuid
 import pytest
 import redis
 
-from health.breaker import BreakerSettings, ConfigSet, ManualClock, MemoryEngine, build_engine, use_engine
+from health.breaker import (
+    BreakerEngine,
+    BreakerSettings,
+    ConfigSet,
+    ManualClock,
+    MemoryEngine,
+    Outcome,
+    build_engine,
+    use_engine,
+)
 from health.breaker.redis_backend import RedisEngine
 from tests.factories import LlmModelFactory, ProviderFactory
 
 P, M = "openai", "gpt-4o"
 T0 = 1_700_000_000.0
+
+
+def trip(engine: BreakerEngine, provider: str = P, model: str = M) -> None:
+    """Open a circuit under the default thresholds: ten 503s in a row (a Redis engine applies them on
+    flush())."""
+    for _ in range(10):
+        engine.record(engine.allow(provider, model), Outcome.of_status(503))
+
+
+def redis_engine(engines: list[RedisEngine], url: str, namespace: str, clock: ManualClock, **kwargs) -> RedisEngine:
+    """A Redis engine on `clock` in `namespace`, closed with the `engines` fixture."""
+    engine = RedisEngine(url=url, namespace=namespace, clock=clock, **kwargs)
+    engines.append(engine)
+    return engine
 
 
 def delete_namespace(url: str, namespace: str) -> None:

@@ -1,9 +1,9 @@
 import pytest
 
 from audit.models import AuditEvent
-from health.breaker import Outcome
 from health.models import BreakerConfig, BreakerOverride
 from tests.factories import LlmModelFactory, ProviderFactory
+from tests.health.conftest import trip
 
 pytestmark = pytest.mark.django_db
 
@@ -11,13 +11,8 @@ T0 = 1_700_000_000.0
 OVERRIDE_URL = "/api/breaker-config/overrides/openai/gpt-4o/"
 
 
-def _open(engine):
-    for _ in range(10):
-        engine.record(engine.allow("openai", "gpt-4o"), Outcome.of_status(503))
-
-
 def test_circuit_list_api_returns_every_field(admin_client, engine):
-    _open(engine)
+    trip(engine)
 
     response = admin_client.get("/api/circuits/")
 
@@ -39,7 +34,7 @@ def test_circuit_list_api_returns_every_field(admin_client, engine):
 
 
 def test_circuit_reset_api_closes_and_audits(admin_client, engine):
-    _open(engine)
+    trip(engine)
 
     response = admin_client.post(
         "/api/circuits/reset/", {"provider": "openai", "model": "gpt-4o"}, content_type="application/json"
@@ -155,7 +150,7 @@ ENDPOINTS = [
 def test_breaker_api_refuses_non_admin_roles(
     request, engine, single_model_catalog, client_fixture, expected, method, url
 ):
-    _open(engine)
+    trip(engine)
     client = request.getfixturevalue(client_fixture)
 
     response = getattr(client, method)(url, {"provider": "openai", "model": "gpt-4o"}, content_type="application/json")

@@ -16,7 +16,7 @@ import redis
 from health.breaker import ManualClock, MemoryEngine, Outcome, State, factory, use_engine
 from health.breaker.redis_backend import RedisEngine
 from tests.faults import FaultProxy
-from tests.health.conftest import M, P, config
+from tests.health.conftest import M, P, redis_engine, trip
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
@@ -30,18 +30,6 @@ def direct(redis_url):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
-
-
-def _engine(engines, url: str, namespace: str, clock: ManualClock, **kwargs) -> RedisEngine:
-    engine = RedisEngine(url=url, namespace=namespace, clock=clock, config=config(), **kwargs)
-    engines.append(engine)
-    return engine
-
-
-def _open(engine: RedisEngine) -> None:
-    for _ in range(10):
-        engine.record(engine.allow(P, M), FAIL)
-    assert engine.flush()
 
 
 def _until(predicate, seconds: float = 10.0) -> bool:
@@ -94,9 +82,10 @@ def test_allow_that_timed_out_in_a_frozen_redis_leaves_no_orphan_probe(
     """The deadline alone: a negative margin puts it at the moment the command was sent, so the command the freeze
     held runs past it however short the freeze (with the real margin this takes a freeze of over half a second)."""
     clock = ManualClock(T0)
-    gateway = _engine(engines, redis_proxy.url, namespace, clock, deadline_margin=-0.05)
-    other = _engine(engines, redis_url, namespace, clock)  # another gateway process, never cut off
-    _open(gateway)
+    gateway = redis_engine(engines, redis_proxy.url, namespace, clock, deadline_margin=-0.05)
+    other = redis_engine(engines, redis_url, namespace, clock)  # another gateway process, never cut off
+    trip(gateway)
+    assert gateway.flush()
     clock.advance(60)  # cooldown over: the next allow() needs Redis for the probe slot
 
     _frozen_allow(gateway, redis_proxy, direct)
@@ -117,9 +106,10 @@ def test_short_freeze_inside_the_margin_leaves_no_orphan_once_redis_answers(
     """The default margin: the held command may still be granted, and the ticket release frees it (or, if the
     release gets there first, makes it grant nothing)."""
     clock = ManualClock(T0)
-    gateway = _engine(engines, redis_proxy.url, namespace, clock)
-    other = _engine(engines, redis_url, namespace, clock)
-    _open(gateway)
+    gateway = redis_engine(engines, redis_proxy.url, namespace, clock)
+    other = redis_engine(engines, redis_url, namespace, clock)
+    trip(gateway)
+    assert gateway.flush()
     clock.advance(60)
 
     abandoned = _frozen_allow(gateway, redis_proxy, direct, hold_release=False)
@@ -137,9 +127,10 @@ def test_short_freeze_inside_the_margin_leaves_no_orphan_once_redis_answers(
 def test_late_grant_is_released_when_redis_answers_again(redis_url, namespace, engines):
     """If a late allow still granted the slot (clocks skewed past the margin), the engine frees it on resync."""
     clock = ManualClock(T0)
-    gateway = _engine(engines, redis_url, namespace, clock)
-    other = _engine(engines, redis_url, namespace, clock)
-    _open(gateway)
+    gateway = redis_engine(engines, redis_url, namespace, clock)
+    other = redis_engine(engines, redis_url, namespace, clock)
+    trip(gateway)
+    assert gateway.flush()
     clock.advance(60)
     far = str(round(time.time() * 1000) + 3_600_000)
     late = gateway._eval("allow", P, M, "330000", far, "ticket-a")  # the round trip the caller gave up on
@@ -160,8 +151,9 @@ def test_late_grant_is_released_when_redis_answers_again(redis_url, namespace, e
 
 def test_released_ticket_grants_nothing_when_its_allow_arrives_after_the_release(redis_url, namespace, engines):
     clock = ManualClock(T0)
-    engine = _engine(engines, redis_url, namespace, clock)
-    _open(engine)
+    engine = redis_engine(engines, redis_url, namespace, clock)
+    trip(engine)
+    assert engine.flush()
     clock.advance(60)
     far = str(round(time.time() * 1000) + 3_600_000)
 
@@ -176,8 +168,9 @@ def test_released_ticket_grants_nothing_when_its_allow_arrives_after_the_release
 
 def test_allow_past_the_callers_deadline_grants_nothing(redis_url, namespace, engines):
     clock = ManualClock(T0)
-    engine = _engine(engines, redis_url, namespace, clock)
-    _open(engine)
+    engine = redis_engine(engines, redis_url, namespace, clock)
+    trip(engine)
+    assert engine.flush()
     clock.advance(60)
     past = str(round(time.time() * 1000) - 1_000)
 
@@ -216,9 +209,10 @@ def test_late_refusal_remeasures_the_offset_and_holds_the_circuit_locally(
     redis_url, namespace, engines, direct, caplog
 ):
     clock = ManualClock(T0)
-    engine = _engine(engines, redis_url, namespace, clock, late_hold=5.0)
+    engine = redis_engine(engines, redis_url, namespace, clock, late_hold=5.0)
     _settled(engine)
-    _open(engine)
+    trip(engine)
+    assert engine.flush()
     clock.advance(60)
     fast, counting = _counting_client(redis_url, socket_timeout=0.05)
     engine._fast = fast
@@ -246,7 +240,7 @@ def test_late_refusal_remeasures_the_offset_and_holds_the_circuit_locally(
 
 def test_offset_comes_from_the_sample_with_the_shortest_round_trip(redis_url, namespace, engines):
     """Redis runs on this host, so its TIME and time.time() read the same clock: the true offset is 0."""
-    engine = _engine(engines, redis_url, namespace, ManualClock(T0))
+    engine = redis_engine(engines, redis_url, namespace, ManualClock(T0))
     _settled(engine)
     client, counting = _counting_client(redis_url)
     engine._client = client
@@ -282,9 +276,10 @@ def _tickets(models: list[str], count: int) -> list[tuple[str, str, str]]:
 
 def test_thousand_abandoned_tickets_are_released_in_one_pipeline(redis_url, namespace, engines, direct):
     clock = ManualClock(T0)
-    engine = _engine(engines, redis_url, namespace, clock)
+    engine = redis_engine(engines, redis_url, namespace, clock)
     _settled(engine)
-    _open(engine)
+    trip(engine)
+    assert engine.flush()
     clock.advance(60)
     far = str(round(time.time() * 1000) + 3_600_000)
     late = engine._eval("allow", P, M, "330000", far, "ticket-8")  # one of them (on P/M) holds the slot
@@ -309,7 +304,7 @@ def test_thousand_abandoned_tickets_are_released_in_one_pipeline(redis_url, name
 
 
 def test_concurrent_resyncs_release_every_ticket_once(redis_url, namespace, engines, direct):
-    engine = _engine(engines, redis_url, namespace, ManualClock(T0))
+    engine = redis_engine(engines, redis_url, namespace, ManualClock(T0))
     _settled(engine)
     models = [M, "m-1"]
     _abandon(engine, _tickets(models, 4_000))
@@ -335,7 +330,7 @@ def test_concurrent_resyncs_release_every_ticket_once(redis_url, namespace, engi
 
 
 def test_tickets_whose_release_failed_are_kept_and_the_others_released(redis_url, namespace, engines, direct):
-    engine = _engine(engines, redis_url, namespace, ManualClock(T0))
+    engine = redis_engine(engines, redis_url, namespace, ManualClock(T0))
     _settled(engine)
     direct.set(engine._keys(P, "broken")[0], "not a hash")  # this circuit's script fails (WRONGTYPE)
     broken = [(P, "broken", "ticket-b1"), (P, "broken", "ticket-b2")]
@@ -350,7 +345,7 @@ def test_tickets_whose_release_failed_are_kept_and_the_others_released(redis_url
 
 def test_released_tickets_are_forgotten_after_their_own_time(redis_url, namespace, engines, direct):
     """Each ticket is kept for its own remember time: later releases do not extend the earlier ones."""
-    engine = _engine(engines, redis_url, namespace, ManualClock(T0))
+    engine = redis_engine(engines, redis_url, namespace, ManualClock(T0))
     key = engine._keys(P, M)[3]
 
     engine._eval("release", P, M, "60000", "ticket-kept")
@@ -442,8 +437,9 @@ def test_engines_refuse_a_probe_timeout_that_is_not_positive(redis_url, seconds)
 @pytest.fixture
 def process_engine(redis_proxy, namespace, engines):
     """This process's engine, talking to Redis through the proxy, with one open circuit."""
-    engine = _engine(engines, redis_proxy.url, namespace, ManualClock(T0), background_timeout=0.2)
-    _open(engine)
+    engine = redis_engine(engines, redis_proxy.url, namespace, ManualClock(T0), background_timeout=0.2)
+    trip(engine)
+    assert engine.flush()
     with use_engine(engine):
         yield engine
 

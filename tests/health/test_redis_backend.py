@@ -8,23 +8,10 @@ import pytest
 import redis
 
 from health.breaker import BreakerUnavailable, ManualClock, Outcome, State, factory
-from health.breaker.redis_backend import RedisEngine
-from tests.health.conftest import M, P, closed_port_url, config
+from tests.health.conftest import M, P, closed_port_url, config, redis_engine, trip
 
 T0 = 1_700_000_000.0
 FAIL = Outcome.of_status(503)
-
-
-def _engine(engines, url: str, namespace: str, clock: ManualClock, **kwargs) -> RedisEngine:
-    engine = RedisEngine(url=url, namespace=namespace, clock=clock, **kwargs)
-    engines.append(engine)
-    return engine
-
-
-def _open(engine: RedisEngine) -> None:
-    for _ in range(10):
-        engine.record(engine.allow(P, M), FAIL)
-    assert engine.flush()
 
 
 class _Listener:
@@ -42,13 +29,14 @@ class _Listener:
 
 def test_restart_resumes_the_remaining_cooldown(redis_url, namespace, engines):
     clock = ManualClock(T0)
-    first = _engine(engines, redis_url, namespace, clock)
-    _open(first)
+    first = redis_engine(engines, redis_url, namespace, clock)
+    trip(first)
+    assert first.flush()
     opened = first.get(P, M)
     first.close()
     clock.advance(30)
 
-    second = _engine(engines, redis_url, namespace, clock)
+    second = redis_engine(engines, redis_url, namespace, clock)
     restarted = second.get(P, M)
     refused = second.allow(P, M)
     clock.set(opened.cooldown_until.timestamp())
@@ -64,12 +52,14 @@ def test_restart_resumes_the_remaining_cooldown(redis_url, namespace, engines):
 
 def test_other_process_learns_transitions_through_pubsub(redis_url, namespace, engines):
     clock = ManualClock(T0)
-    watcher = _engine(engines, redis_url, namespace, clock)
-    opener = _engine(engines, redis_url, namespace, clock)
+    watcher = redis_engine(engines, redis_url, namespace, clock)
+    opener = redis_engine(engines, redis_url, namespace, clock)
     assert watcher.allow(P, M).allowed is True
     learned = threading.Event()
 
-    _open(opener)
+    trip(opener)
+
+    assert opener.flush()
     # Pub/sub delivery is asynchronous (not clock-driven): wait for it, bounded.
     for _ in range(500):
         if watcher.allow(P, M).allowed is False:
@@ -83,10 +73,10 @@ def test_other_process_learns_transitions_through_pubsub(redis_url, namespace, e
 
 def test_closed_circuit_is_decided_without_a_round_trip(redis_url, namespace, engines):
     clock = ManualClock(T0)
-    engine = _engine(engines, redis_url, namespace, clock)
+    engine = redis_engine(engines, redis_url, namespace, clock)
     engine.record(engine.allow(P, M), Outcome.of_status(200))
     engine.flush()
-    dead = _engine(engines, closed_port_url(), namespace, clock)
+    dead = redis_engine(engines, closed_port_url(), namespace, clock)
     real = engine._client, engine._fast
     # Cut the network: any round trip from here on fails and would flip the engine to degraded.
     engine._client, engine._fast = dead._client, dead._fast
@@ -102,7 +92,7 @@ def test_closed_circuit_is_decided_without_a_round_trip(redis_url, namespace, en
 def test_redis_down_never_raises_and_decides_locally(engines, caplog):
     caplog.set_level(logging.WARNING, logger="health.breaker.redis_backend")
     clock = ManualClock(T0)
-    engine = _engine(engines, closed_port_url(), "test:breaker:down", clock, config=config())
+    engine = redis_engine(engines, closed_port_url(), "test:breaker:down", clock, config=config())
 
     for _ in range(10):
         engine.record(engine.allow(P, M), FAIL)
@@ -127,7 +117,9 @@ def test_hanging_redis_never_raises_and_decides_locally(engines):
     listener = _Listener()
     clock = ManualClock(T0)
     try:
-        engine = _engine(engines, listener.url, "test:breaker:hang", clock, config=config(), background_timeout=0.05)
+        engine = redis_engine(
+            engines, listener.url, "test:breaker:hang", clock, config=config(), background_timeout=0.05
+        )
         for _ in range(10):
             engine.record(engine.allow(P, M), FAIL)
         engine.flush()
@@ -141,11 +133,12 @@ def test_hanging_redis_never_raises_and_decides_locally(engines):
 
 def test_engine_keeps_the_mirror_when_redis_goes_away_and_resyncs_when_it_returns(redis_url, namespace, engines):
     clock = ManualClock(T0)
-    engine = _engine(engines, redis_url, namespace, clock)
-    _open(engine)
+    engine = redis_engine(engines, redis_url, namespace, clock)
+    trip(engine)
+    assert engine.flush()
     real_client = engine._client
     real_fast = engine._fast
-    broken = _engine(engines, closed_port_url(), namespace, clock)
+    broken = redis_engine(engines, closed_port_url(), namespace, clock)
     # Cut the network: the next round trip fails.
     engine._client, engine._fast = broken._client, broken._fast
     clock.advance(60)
@@ -165,10 +158,11 @@ def test_engine_keeps_the_mirror_when_redis_goes_away_and_resyncs_when_it_return
 
 def test_reset_while_redis_is_down_is_refused_and_leaves_the_circuit_open(redis_url, namespace, engines):
     clock = ManualClock(T0)
-    engine = _engine(engines, redis_url, namespace, clock)
-    _open(engine)
+    engine = redis_engine(engines, redis_url, namespace, clock)
+    trip(engine)
+    assert engine.flush()
     real = engine._client, engine._fast
-    broken = _engine(engines, closed_port_url(), namespace, clock)
+    broken = redis_engine(engines, closed_port_url(), namespace, clock)
     # Cut the network: the reset's round trip fails, and the engine is degraded from then on.
     engine._client, engine._fast = broken._client, broken._fast
 
@@ -191,7 +185,7 @@ def test_reset_while_redis_is_down_is_refused_and_leaves_the_circuit_open(redis_
 
 
 def test_keys_keep_the_plain_tag_and_encode_slash_and_percent_in_the_provider(redis_url, namespace, engines):
-    engine = _engine(engines, redis_url, namespace, ManualClock(T0))
+    engine = redis_engine(engines, redis_url, namespace, ManualClock(T0))
     for provider, model in [(P, M), ("a/b%", "c/d")]:
         engine.record(engine.allow(provider, model), FAIL)
     assert engine.flush()
@@ -237,7 +231,7 @@ def test_config_subscriber_logs_an_unreadable_database_once_without_a_traceback(
             loads.release()
 
     channel = f"{namespace}:config"
-    engine = _engine(
+    engine = redis_engine(
         engines,
         redis_url,
         namespace,

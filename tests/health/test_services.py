@@ -21,17 +21,12 @@ from health.models import BreakerConfig, BreakerOverride
 from health.selectors import breaker_config_get, breaker_config_snapshot, breaker_override_list, circuit_list
 from health.services import breaker_config_update, breaker_override_delete, breaker_override_set, circuit_reset
 from tests.factories import LlmModelFactory
-from tests.health.conftest import closed_port_url
+from tests.health.conftest import closed_port_url, trip
 
 pytestmark = pytest.mark.django_db
 
 T0 = 1_700_000_000.0
 REDIS_DOWN = "Redis is unreachable: the circuit cannot be reset on every gateway now; try again when Redis is back."
-
-
-def _open(engine, provider="openai", model="gpt-4o"):
-    for _ in range(10):
-        engine.record(engine.allow(provider, model), Outcome.of_status(503))
 
 
 def test_breaker_config_defaults_before_first_save():
@@ -248,7 +243,7 @@ def test_breaker_override_delete_audits_snapshot(admin_user, single_model_catalo
 
 
 def test_circuit_reset_audits_state_and_closes_at_once(admin_user, engine):
-    _open(engine)
+    trip(engine)
 
     before = circuit_reset(actor=admin_user, provider="openai", model="gpt-4o")
 
@@ -307,7 +302,7 @@ def test_circuit_reset_while_redis_is_down_is_refused_and_not_audited(admin_user
     engine = build_engine(
         redis_url=closed_port_url(), namespace=f"test:breaker:{uuid.uuid4().hex}", clock=ManualClock(T0)
     )
-    _open(engine)  # decided locally: Redis is down
+    trip(engine)  # decided locally: Redis is down
 
     with use_engine(engine), pytest.raises(ServiceUnavailable) as exc:
         circuit_reset(actor=admin_user, provider="openai", model="gpt-4o")
@@ -327,7 +322,7 @@ class _RedisLostDuringReset(MemoryEngine):
 
 def test_circuit_reset_that_loses_redis_midway_is_refused_and_not_audited(admin_user):
     engine = _RedisLostDuringReset(clock=ManualClock(T0))
-    _open(engine)
+    trip(engine)
 
     with use_engine(engine), pytest.raises(ServiceUnavailable) as exc:
         circuit_reset(actor=admin_user, provider="openai", model="gpt-4o")
