@@ -20,15 +20,25 @@ GATEWAY_PATHS = ("/v1/", "/healthz", "/readyz", "/metrics")
 
 
 class EmbeddedRouter:
-    """Sends gateway paths to the gateway app and everything else to Django; owns the lifespan."""
+    """Sends gateway paths to the gateway app and everything else to Django; owns the lifespan.
 
-    def __init__(self, django: Any, gateway: Any) -> None:
+    With `scheduler`, the periodic jobs (controlplane.periodic) run in this process for the app's lifetime.
+    """
+
+    def __init__(self, django: Any, gateway: Any, scheduler: Any = None) -> None:
         self.django = django
         self.gateway = gateway
+        self.scheduler = scheduler
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            await self.gateway(scope, receive, send)
+            if self.scheduler is not None:
+                self.scheduler.start()
+            try:
+                await self.gateway(scope, receive, send)
+            finally:
+                if self.scheduler is not None:
+                    self.scheduler.stop()
         elif scope["type"] == "http" and scope["path"].startswith(GATEWAY_PATHS):
             await self.gateway(scope, receive, send)
         else:
@@ -52,7 +62,10 @@ def _application() -> Any:
             body_buffer=settings.GATEWAY_BODY_BUFFER_BYTES,
             body_read_timeout=settings.GATEWAY_BODY_READ_TIMEOUT_SECONDS,
         )
-        return EmbeddedRouter(django_app, gateway)
+        from controlplane.periodic import EmbeddedScheduler
+
+        scheduler = EmbeddedScheduler() if settings.EMBEDDED_PERIODIC_JOBS else None
+        return EmbeddedRouter(django_app, gateway, scheduler)
     return django_app
 
 

@@ -1,4 +1,4 @@
-"""The Celery app. The beat schedule is declared here, in one place."""
+"""The Celery app. Its beat schedule comes from controlplane.periodic (shared with embedded mode)."""
 
 import os
 import sys
@@ -6,21 +6,16 @@ from typing import Any
 
 from celery import Celery, signals
 
+from controlplane.periodic import beat_schedule
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
 app = Celery("controlplane")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
-app.conf.beat_schedule = {
-    # Every second: copy gateway request logs from the Redis stream into the database (a run that finds
-    # nothing costs two Redis round trips), so a request is on the Request Logs page within seconds.
-    "requestlogs-ingest": {"task": "requestlogs.ingest", "schedule": 1.0},
-    # Hourly: delete request logs past their retention.
-    "requestlogs-retention": {"task": "requestlogs.retention", "schedule": 3600.0},
-    # Every 10 minutes: forget sign-in throttle rows whose failures and lockout have all expired.
-    "access-prune": {"task": "access.prune", "schedule": 600.0},
-}
+# The schedule lives in controlplane.periodic, shared with embedded mode's thread.
+app.conf.beat_schedule = beat_schedule()
 
 
 @signals.worker_init.connect

@@ -54,6 +54,8 @@ ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 GATEWAY_PROCESS = env_str("CONTROLPLANE_PROCESS") == "gateway"
+# Embedded mode runs the periodic jobs (controlplane.periodic) in a thread of its one process.
+EMBEDDED_PERIODIC_JOBS = env_bool("EMBEDDED_PERIODIC_JOBS", True)
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -75,6 +77,8 @@ INSTALLED_APPS = [
     "health",
     "gateway",
     "requestlogs",
+    "alerts",
+    "dashboards",
     "demo",
 ]
 
@@ -93,6 +97,8 @@ if GATEWAY_PROCESS:
                 "rest_framework",
                 "drf_spectacular",
                 "access",
+                "alerts",
+                "dashboards",
                 "demo",
             )
         )

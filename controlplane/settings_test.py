@@ -13,6 +13,8 @@ from controlplane.settings import *  # noqa: F403
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 CELERY_TASK_ALWAYS_EAGER = True
+# Tests run the periodic jobs themselves (EmbeddedScheduler.run_due), never on a timer.
+EMBEDDED_PERIODIC_JOBS = False
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False

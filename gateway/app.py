@@ -102,6 +102,7 @@ class _Call:
     served: Target | None = None
     chain_step: int = 0
     fallback: bool = False
+    optimistic: bool = False  # the primary was tried although its circuit (and every chain entry) was unavailable
     status: int = 0
     ttfb: float | None = None
     tokens_in: int | None = None
@@ -518,6 +519,7 @@ class GatewayApp:
             )
             raise _Reject(502, message, kind="server_error", code="no_route")
         # Every entry unavailable (or no chain): try the original target anyway ("optimistic primary").
+        call.optimistic = True
         await self._attempt(call, snap, send, route.primary, None, step=0)
 
     async def _attempt(
@@ -771,6 +773,7 @@ class GatewayApp:
             "chain_step": call.chain_step,
             "chain_id": route.chain.id if route and route.chain and call.fallback else None,
             "fallback_triggered": call.fallback,
+            "optimistic_primary": call.optimistic,
             "fallback_from_provider": route.primary.provider if route and call.fallback else "",
             "fallback_original_model": route.primary.model if route and call.fallback else "",
             "status": call.status or 500,

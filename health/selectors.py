@@ -7,7 +7,8 @@ from datetime import datetime
 from django.utils.text import slugify
 
 from health.breaker import BreakerSettings, CircuitSnapshot, ConfigSet, State, get_engine
-from health.models import BreakerConfig, BreakerOverride
+from health.breaker.types import Control, ControlKind
+from health.models import BreakerConfig, BreakerOverride, CircuitControl
 
 # Every tunable field, in the order forms and the API show them.
 CONFIG_FIELDS: tuple[str, ...] = (
@@ -171,11 +172,26 @@ def breaker_override_get(*, provider: str, model: str) -> BreakerOverrideValues 
     return _override_values(breaker_config_get(), row) if row is not None else None
 
 
+def circuit_controls() -> dict[tuple[str, str], Control]:
+    """Every operator hold, expired or not (the engines compare `until` with their clock), keyed as ConfigSet's."""
+    return {
+        (c.provider, c.model): Control(
+            kind=ControlKind(c.kind),
+            provider=c.provider,
+            model=c.model,
+            reason=c.reason,
+            until=c.expires_at.timestamp() if c.expires_at is not None else None,
+            since=c.created_at.timestamp(),
+        )
+        for c in CircuitControl.objects.all()
+    }
+
+
 def breaker_config_snapshot() -> ConfigSet:
-    """Global settings and every override, merged, for the engine."""
+    """Global settings and every override, merged, plus the operator holds, for the engine."""
     base = breaker_config_get()
     overrides = {(o.provider, o.model): _merge(base, o) for o in BreakerOverride.objects.all()}
-    return ConfigSet(default=base.settings(), overrides=overrides)
+    return ConfigSet(default=base.settings(), overrides=overrides, controls=circuit_controls())
 
 
 def _row(snapshot: CircuitSnapshot, config: ConfigSet) -> CircuitRow:

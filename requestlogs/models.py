@@ -21,6 +21,8 @@ class RequestLog(models.Model):
     chain_step = models.PositiveSmallIntegerField(default=0)
     chain_id = models.BigIntegerField(null=True)
     fallback_triggered = models.BooleanField(default=False)
+    # Every chain entry was unavailable (or there was no chain) and the open primary was tried anyway.
+    optimistic_primary = models.BooleanField(default=False)
     fallback_from_provider = models.CharField(max_length=64, blank=True, default="")
     fallback_original_model = models.CharField(max_length=128, blank=True, default="")
     status = models.PositiveSmallIntegerField()

@@ -97,15 +97,52 @@ def classify(outcome: Outcome, settings: BreakerSettings) -> Verdict:
     return Verdict.SUCCESS
 
 
+class ControlKind(StrEnum):
+    """An operator's hold on circuits (the kill switch): no traffic and no probe until released or expired."""
+
+    FORCED_OPEN = "forced_open"  # one (provider, model) circuit
+    DRAINED = "drained"  # every circuit of a provider
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """One operator hold. `model` is "" for a drain (the whole provider)."""
+
+    kind: ControlKind
+    provider: str
+    model: str
+    reason: str
+    until: float | None = None  # epoch seconds; None = until released
+    since: float | None = None  # epoch seconds it was set
+
+    def active(self, now: float) -> bool:
+        return self.until is None or now < self.until
+
+
 @dataclass(frozen=True, slots=True)
 class ConfigSet:
-    """The global settings plus per-(provider, model) overrides, already merged."""
+    """The global settings plus per-(provider, model) overrides, already merged, and the operator holds.
+
+    `controls` is keyed by (provider, model) for a forced-open circuit and (provider, "") for a drain.
+    """
 
     default: BreakerSettings = field(default_factory=BreakerSettings)
     overrides: Mapping[tuple[str, str], BreakerSettings] = field(default_factory=dict)
+    controls: Mapping[tuple[str, str], Control] = field(default_factory=dict)
 
     def for_circuit(self, provider: str, model: str) -> BreakerSettings:
         return self.overrides.get((provider, model), self.default)
+
+    def control_for(self, provider: str, model: str, now: float) -> Control | None:
+        """The hold in force on this circuit at `now` (a forced-open circuit wins over its provider's drain)."""
+        controls = self.controls
+        if not controls:
+            return None
+        for key in ((provider, model), (provider, "")):
+            control = controls.get(key)
+            if control is not None and control.active(now):
+                return control
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,6 +175,8 @@ class CircuitSnapshot:
     opened_at: datetime | None
     generation: int = 0
     probe_in_flight: bool = False
+    # An operator's hold in force on this circuit (forced open, or its provider drained), if any.
+    control: Control | None = None
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -151,6 +190,54 @@ class CircuitSnapshot:
             "last_failure_at": self.last_failure_at,
             "last_failure_status": self.last_failure_status,
             "opened_at": self.opened_at,
+        }
+
+
+class EventKind(StrEnum):
+    """A circuit's state changes, as the history records them."""
+
+    OPENED = "opened"  # closed -> open: the window tripped
+    HALF_OPEN = "half_open"  # open -> half_open: a probe was granted
+    CLOSED = "closed"  # half_open -> closed: the probe succeeded
+    REOPENED = "reopened"  # half_open -> open: the probe failed
+    RESET = "reset"  # an operator closed it (Reset)
+    FORCED_OPEN = "forced_open"  # an operator held it open
+    DRAINED = "drained"  # an operator held every circuit of its provider open
+    RELEASED = "released"  # an operator (or the expiry) lifted a hold
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerEvent:
+    """One transition, as the engine that made it saw it. Emitted once per transition, off the request path.
+
+    `generation` is the circuit's generation after the transition: (provider, model, generation) names a
+    transition uniquely across processes. `local` marks a transition made by a process deciding alone
+    (its shared state unreachable), which other processes did not see.
+    """
+
+    kind: EventKind
+    provider: str
+    model: str
+    at: float  # epoch seconds
+    generation: int | None = None
+    failures: int | None = None  # failures in the window when it tripped
+    total: int | None = None  # requests in the window when it tripped
+    last_status: str = ""  # the last failure's label: a status code ("503") or an error kind ("timeout")
+    cooldown_seconds: float | None = None  # the cooldown chosen (opened, reopened)
+    local: bool = False
+
+    def as_record(self) -> dict[str, object]:
+        return {
+            "kind": str(self.kind),
+            "provider": self.provider,
+            "model": self.model,
+            "at": self.at,
+            "generation": self.generation,
+            "failures": self.failures,
+            "total": self.total,
+            "last_status": self.last_status,
+            "cooldown_seconds": self.cooldown_seconds,
+            "local": self.local,
         }
 
 
