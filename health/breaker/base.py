@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 
-from health.breaker.types import CircuitSnapshot, ConfigSet, Decision, Outcome, ResetResult
+from health.breaker.events import EventBuffer
+from health.breaker.types import CircuitSnapshot, ConfigSet, Control, Decision, Outcome, ResetResult
 
 # A probe that never reports (its process died) frees the half-open slot after this long. At least the
 # gateway's upstream deadline (GATEWAY_DEADLINE_SECONDS, 300 s by default) so a slow but live probe keeps
@@ -17,7 +18,14 @@ class BreakerUnavailable(Exception):
 
 
 class BreakerEngine(ABC):
-    """One circuit per (provider, model): closed -> open -> half_open (docs/breaker.md)."""
+    """One circuit per (provider, model): closed -> open -> half_open (docs/breaker.md).
+
+    `events` receives one BreakerEvent per transition this engine makes (opened, half_open, closed, reopened;
+    not resets, which the health service records with their actor). Engines take it as the `events` keyword
+    (default: a buffer of their own).
+    """
+
+    events: EventBuffer
 
     @abstractmethod
     def allow(self, provider: str, model: str) -> Decision:
@@ -26,6 +34,10 @@ class BreakerEngine(ABC):
     @abstractmethod
     def record(self, decision: Decision, outcome: Outcome) -> None:
         """Report the outcome of a call `allow()` let through. Never raises, never waits on the network."""
+
+    @abstractmethod
+    def hold(self, provider: str, model: str) -> Control | None:
+        """The operator hold (forced open, or its provider drained) in force on this circuit now, if any."""
 
     @abstractmethod
     def get(self, provider: str, model: str) -> CircuitSnapshot:
@@ -56,7 +68,8 @@ class BreakerEngine(ABC):
         return False
 
     def flush(self, timeout: float = 5.0) -> bool:
-        """Wait until every recorded outcome has been applied. True when drained in time."""
+        """Wait until every recorded outcome has been applied and every event emitted so far shipped (a
+        backend that ships them). True when drained in time."""
         return True
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op for backends without background work

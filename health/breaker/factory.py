@@ -12,7 +12,8 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-from health.breaker.base import BreakerEngine
+from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine
+from health.breaker.events import EventBuffer
 from health.breaker.memory import MemoryEngine
 from health.breaker.types import Clock, ConfigSet
 
@@ -93,9 +94,13 @@ def build_engine(
     probe_timeout_seconds: float | None = None,
     config_channel: str | None = None,
     config_loader: Callable[[int], ConfigSet | None] | None = None,
+    events: EventBuffer | None = None,
 ) -> BreakerEngine:
-    """A new engine: Redis when `redis_url` is set, memory otherwise. Tests pass a clock and a namespace."""
-    extra = {} if probe_timeout_seconds is None else {"probe_timeout_seconds": probe_timeout_seconds}
+    """A new engine: Redis when `redis_url` is set, memory otherwise. Tests pass a clock and a namespace.
+
+    `events` is the buffer the engine appends its transitions to (default: one of its own, `engine.events`).
+    """
+    probe_timeout = DEFAULT_PROBE_TIMEOUT_SECONDS if probe_timeout_seconds is None else probe_timeout_seconds
     if redis_url:
         from health.breaker.redis_backend import RedisEngine
 
@@ -106,9 +111,10 @@ def build_engine(
             config=config,
             config_channel=config_channel,
             config_loader=config_loader,
-            **extra,
+            events=events,
+            probe_timeout_seconds=probe_timeout,
         )
-    return MemoryEngine(clock=clock, config=config, **extra)
+    return MemoryEngine(clock=clock, config=config, events=events, probe_timeout_seconds=probe_timeout)
 
 
 def _on_config_change(version: int) -> None:

@@ -123,13 +123,18 @@ return concat({'ignored'}, c)
 
 # ARGV[5] ticket generation, [6] '1' when the ticket is the probe, [7] verdict s/f/c, [8] failure label,
 # [9] threshold, [10] window ms, [11] minimum requests, [12] initial cooldown ms, [13] cooldown cap ms.
-# Reply: 'ignored' | 'counted' | 'transition', then the circuit.
+# Reply: 'ignored' | 'counted' | 'returned' (a cancelled probe gave its slot back) | 'transition' (this
+# call opened, reopened or closed the circuit: the caller emits the one event of it), then the script's
+# time (ms), the window's failures and total ('' unless counted in a closed window), then the circuit.
 RECORD = (
     PRELUDE
     + r"""
 local now = now_ms()
 local c = load()
-if tonumber(ARGV[5]) ~= c.gen then return concat({'ignored'}, c) end
+local function answer(status, fails, total)
+  return concat({status, fmt(now), fmt(fails), fmt(total)}, c)
+end
+if tonumber(ARGV[5]) ~= c.gen then return answer('ignored') end
 local probe = ARGV[6] == '1'
 local verdict = ARGV[7]
 if verdict == 'c' then
@@ -139,9 +144,9 @@ if verdict == 'c' then
     c.gen = c.gen + 1
     save(c)
     publish(c)
-    return concat({'transition'}, c)
+    return answer('returned')
   end
-  return concat({'ignored'}, c)
+  return answer('ignored')
 end
 local failed = verdict == 'f'
 local function open()
@@ -156,7 +161,7 @@ local function open()
   c.gen = c.gen + 1
 end
 if probe then
-  if c.state ~= 'half_open' then return concat({'ignored'}, c) end
+  if c.state ~= 'half_open' then return answer('ignored') end
   if failed then
     c.lf_at = now
     c.lf_label = ARGV[8]
@@ -172,9 +177,9 @@ if probe then
   end
   save(c)
   publish(c)
-  return concat({'transition'}, c)
+  return answer('transition')
 end
-if c.state ~= 'closed' then return concat({'ignored'}, c) end
+if c.state ~= 'closed' then return answer('ignored') end
 local window = tonumber(ARGV[10])
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('ZADD', KEYS[2], fmt(now), seq)
@@ -194,10 +199,10 @@ if fails >= tonumber(ARGV[9]) and total >= tonumber(ARGV[11]) then
   open()
   save(c)
   publish(c)
-  return concat({'transition'}, c)
+  return answer('transition', fails, total)
 end
 save(c)
-return concat({'counted'}, c)
+return answer('counted', fails, total)
 """
 )
 

@@ -6,11 +6,15 @@ import threading
 from collections import deque
 
 from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine
+from health.breaker.events import EventBuffer
 from health.breaker.types import (
+    BreakerEvent,
     CircuitSnapshot,
     Clock,
     ConfigSet,
+    Control,
     Decision,
+    EventKind,
     Outcome,
     ResetResult,
     State,
@@ -75,7 +79,11 @@ class _Circuit:
 
 
 class MemoryEngine(BreakerEngine):
-    """Thread-safe, per-process. Times come from `clock` (epoch seconds)."""
+    """Thread-safe, per-process. Times come from `clock` (epoch seconds).
+
+    `local=True` marks the events it emits as decided by this process alone (the Redis engine's fallback
+    while Redis is unreachable).
+    """
 
     def __init__(
         self,
@@ -83,9 +91,14 @@ class MemoryEngine(BreakerEngine):
         clock: Clock | None = None,
         config: ConfigSet | None = None,
         probe_timeout_seconds: float = DEFAULT_PROBE_TIMEOUT_SECONDS,
+        events: EventBuffer | None = None,
+        local: bool = False,
     ) -> None:
+        self.events = events if events is not None else EventBuffer()
+        self._local = local
         self._clock = clock or SystemClock()
         self._config = config or ConfigSet()
+        self._controls = self._config.controls  # read on the hot path without going through the config
         if not probe_timeout_seconds > 0:
             raise ValueError(f"probe_timeout_seconds must be positive, got {probe_timeout_seconds!r}")
         self._probe_timeout = probe_timeout_seconds
@@ -97,6 +110,8 @@ class MemoryEngine(BreakerEngine):
         return self._config
 
     def configure(self, config: ConfigSet) -> None:
+        # The holds first: a caller that can see the new config (in a snapshot) is refused by its holds too.
+        self._controls = config.controls
         self._config = config
 
     def _circuit(self, provider: str, model: str) -> _Circuit:
@@ -110,6 +125,15 @@ class MemoryEngine(BreakerEngine):
         now = self._clock.now()
         with self._lock:
             c = self._circuit(provider, model)
+            # An operator's hold refuses every call and every probe. No holds: one falsy check; holds on
+            # other circuits: two dict lookups.
+            controls = self._controls
+            if (
+                controls
+                and ((provider, model) in controls or (provider, "") in controls)
+                and self._config.control_for(provider, model, now) is not None
+            ):
+                return Decision(provider, model, False, State.OPEN, False, c.generation)
             if c.state is State.CLOSED:
                 return c.closed_decision
             if c.state is State.OPEN:
@@ -122,6 +146,7 @@ class MemoryEngine(BreakerEngine):
             # Half-open with a free (or abandoned) slot: this call is the probe.
             c.probe_at = now
             c.bump()
+            self._emit(EventKind.HALF_OPEN, c, now)
             return Decision(provider, model, True, State.HALF_OPEN, True, c.generation)
 
     def record(self, decision: Decision, outcome: Outcome) -> None:
@@ -149,7 +174,9 @@ class MemoryEngine(BreakerEngine):
                 c.tracked = True
                 if failed:
                     self._note_failure(c, now, outcome)
-                    self._open(c, now, settings.cooldown_for(c.consecutive_opens + 1))
+                    cooldown = settings.cooldown_for(c.consecutive_opens + 1)
+                    self._open(c, now, cooldown)
+                    self._emit(EventKind.REOPENED, c, now, cooldown=cooldown)
                 else:
                     c.state = State.CLOSED
                     c.events.clear()
@@ -159,6 +186,7 @@ class MemoryEngine(BreakerEngine):
                     c.opened_at = None
                     c.probe_at = None
                     c.bump()
+                    self._emit(EventKind.CLOSED, c, now)
                 return
             if c.state is not State.CLOSED:
                 return
@@ -169,7 +197,34 @@ class MemoryEngine(BreakerEngine):
                 self._note_failure(c, now, outcome)
             c.trim(now, settings.window_seconds)
             if c.failures >= settings.failure_threshold and len(c.events) >= settings.minimum_requests:
-                self._open(c, now, settings.cooldown_for(c.consecutive_opens + 1))
+                cooldown = settings.cooldown_for(c.consecutive_opens + 1)
+                self._open(c, now, cooldown)
+                self._emit(EventKind.OPENED, c, now, cooldown=cooldown, window=(c.failures, len(c.events)))
+
+    def _emit(
+        self,
+        kind: EventKind,
+        c: _Circuit,
+        now: float,
+        *,
+        cooldown: float | None = None,
+        window: tuple[int, int] | None = None,
+    ) -> None:
+        """One event for the transition just made (called under the lock, after the generation moved)."""
+        self.events.add(
+            BreakerEvent(
+                kind=kind,
+                provider=c.provider,
+                model=c.model,
+                at=now,
+                generation=c.generation,
+                failures=window[0] if window is not None else None,
+                total=window[1] if window is not None else None,
+                last_status=(c.last_failure_label or "") if cooldown is not None else "",
+                cooldown_seconds=float(cooldown) if cooldown is not None else None,
+                local=self._local,
+            )
+        )
 
     @staticmethod
     def _note_failure(c: _Circuit, now: float, outcome: Outcome) -> None:
@@ -214,7 +269,11 @@ class MemoryEngine(BreakerEngine):
             opened_at=to_datetime(c.opened_at),
             generation=c.generation,
             probe_in_flight=probe_in_flight,
+            control=self._config.control_for(c.provider, c.model, now),
         )
+
+    def hold(self, provider: str, model: str) -> Control | None:
+        return self._config.control_for(provider, model, self._clock.now())
 
     def get(self, provider: str, model: str) -> CircuitSnapshot:
         now = self._clock.now()

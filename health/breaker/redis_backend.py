@@ -16,6 +16,11 @@ The request path never waits on Redis for a closed circuit:
   once it has passed, and the engine releases the ticket of every such call when Redis answers again.
   A grant refused as late says the offset is off: the engine re-measures it in the background and holds
   that circuit locally for `late_hold` seconds, so its callers do not each make a round trip meanwhile.
+- Transitions: the one process whose script made a transition (its `record` reply says 'transition', its
+  `allow` granted a probe) appends the event to `events`; the worker thread ships buffered events to the
+  history stream with XADD, in an outcome batch's pipeline or on its own within `ship_interval`.
+- Operator holds (`ConfigSet.controls`) are decided locally from the configuration every process follows:
+  a held circuit is refused without a round trip and never probed.
 """
 
 from __future__ import annotations
@@ -30,19 +35,24 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import orjson
 import redis
 from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
 
 from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine, BreakerUnavailable
+from health.breaker.events import HISTORY_FIELD, HISTORY_MAXLEN, EventBuffer, history_stream
 from health.breaker.lua import SCRIPTS
 from health.breaker.memory import MemoryEngine
 from health.breaker.types import (
+    BreakerEvent,
     CircuitSnapshot,
     Clock,
     ConfigSet,
+    Control,
     Decision,
+    EventKind,
     Outcome,
     ResetResult,
     State,
@@ -56,6 +66,7 @@ from health.breaker.types import (
 log = logging.getLogger(__name__)
 
 _FIELDS = 8  # circuit fields in every script reply (see lua.reply)
+_RECORD_HEAD = 4  # a `record` reply's leading values: status, script time, window failures, window total
 _STOP = object()
 _MAX_PENDING = 100_000
 _BATCH = 256
@@ -98,6 +109,7 @@ class _Mirror:
         "cooldown_until",
         "decision",
         "gen",
+        "held",
         "hold_until",
         "opened_at",
         "probe_at",
@@ -117,6 +129,7 @@ class _Mirror:
         self.hold_until = 0  # estimated Redis ms: refuse locally until then (a grant was refused as late)
         self.decision = Decision(provider, model, True, State.CLOSED, False, self.gen)
         self.refused = Decision(provider, model, False, self.state, False, self.gen)
+        self.held = Decision(provider, model, False, State.OPEN, False, self.gen)  # under an operator's hold
 
 
 def _ms(seconds: float) -> int:
@@ -151,7 +164,13 @@ class RedisEngine(BreakerEngine):
         reconnect_interval: float = 1.0,
         config_channel: str | None = None,
         config_loader: Callable[[int], ConfigSet | None] | None = None,
+        events: EventBuffer | None = None,
+        ship_interval: float = 0.5,
     ) -> None:
+        self.events = events if events is not None else EventBuffer()
+        self._history = history_stream(namespace)
+        self._ship_interval = ship_interval
+        self._ship_error_logged = False
         self._time_override = clock is not None
         self._clock: Clock = clock or SystemClock()
         self._config = config or ConfigSet()
@@ -205,6 +224,10 @@ class RedisEngine(BreakerEngine):
         self._abandoned: list[tuple[str, str, str]] = []
         self._abandoned_lock = threading.Lock()
         self._degraded = False
+        # True while allow() must look beyond the mirror: Redis unreachable, or operator holds configured.
+        # One flag, so the hot path of a closed circuit makes the single check it made before holds existed.
+        # Written under _state_lock (from both fields), read without it.
+        self._detour = bool(self._config.controls)
         self._local: MemoryEngine | None = None
         self._state_lock = threading.Lock()
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -242,7 +265,13 @@ class RedisEngine(BreakerEngine):
         return self._config
 
     def configure(self, config: ConfigSet) -> None:
-        self._config = config
+        with self._state_lock:
+            # Holds: take the detour before the new config is visible, so a caller that can see a hold
+            # (in a snapshot, say) is refused by it too.
+            if config.controls:
+                self._detour = True
+            self._config = config
+            self._detour = self._degraded or bool(config.controls)
         local = self._local
         if local is not None:
             local.configure(config)
@@ -250,8 +279,8 @@ class RedisEngine(BreakerEngine):
     # ----- hot path ------------------------------------------------------------------------------
 
     def allow(self, provider: str, model: str) -> Decision:
-        if self._degraded:
-            return self._local_allow(provider, model)
+        if self._detour:
+            return self._allow_detour(provider, model)
         key = (provider, model)
         entry = self._mirror.get(key)
         if entry is None:
@@ -273,6 +302,35 @@ class RedisEngine(BreakerEngine):
             return
         # Test mode stamps the outcome now; production lets the script read Redis TIME.
         self._queue.put((decision, outcome, self._clock.now() if self._time_override else None))
+
+    def _allow_detour(self, provider: str, model: str) -> Decision:
+        """allow() while holds are configured or Redis is unreachable."""
+        # An operator's hold refuses every call and every probe, degraded or not. Holds on other circuits
+        # cost two dict lookups.
+        config = self._config
+        controls = config.controls
+        if controls and ((provider, model) in controls or (provider, "") in controls):
+            held = self._held(config, provider, model)
+            if held is not None:
+                return held
+        if self._degraded:
+            return self._local_allow(provider, model)
+        key = (provider, model)
+        entry = self._mirror.get(key)
+        if entry is None:
+            entry = self._mirror.setdefault(key, _Mirror(provider, model, None))
+        if entry.state is State.CLOSED:
+            return entry.decision
+        return self._allow_slow(provider, model, entry)
+
+    def _held(self, config: ConfigSet, provider: str, model: str) -> Decision | None:
+        """The refusal of a circuit under an operator's hold at the engine clock's now, else None."""
+        if config.control_for(provider, model, self._clock.now()) is None:
+            return None
+        entry = self._mirror.get((provider, model))
+        if entry is None:
+            return Decision(provider, model, False, State.OPEN, False, 0)
+        return entry.held
 
     def _allow_slow(self, provider: str, model: str, entry: _Mirror) -> Decision:
         now = self._now_estimate_ms()
@@ -299,6 +357,9 @@ class RedisEngine(BreakerEngine):
         if raw[0] == "late":
             self._on_late(provider, model, fields.gen)
         allowed, probe = raw[0] == "1", raw[1] == "1"
+        if probe and fields.probe_at is not None:
+            # This call's script granted the slot: this process, and no other, reports the transition.
+            self.events.add(BreakerEvent(EventKind.HALF_OPEN, provider, model, fields.probe_at / 1000, fields.gen))
         return Decision(provider, model, allowed, fields.state, probe, fields.gen)
 
     def _allow_on_redis(self, provider: str, model: str, ticket: str) -> list[str]:
@@ -520,8 +581,13 @@ class RedisEngine(BreakerEngine):
         with self._state_lock:
             if self._degraded:
                 return
+            # Its transitions go to this engine's buffer, marked local: no other process saw them.
             local = MemoryEngine(
-                clock=self._clock, config=self._config, probe_timeout_seconds=self._probe_timeout_seconds
+                clock=self._clock,
+                config=self._config,
+                probe_timeout_seconds=self._probe_timeout_seconds,
+                events=self.events,
+                local=True,
             )
             # Carry what the mirror knows so open circuits stay open (times converted to the local clock).
             for (provider, model), entry in list(self._mirror.items()):
@@ -536,6 +602,7 @@ class RedisEngine(BreakerEngine):
                 )
             self._local = local
             self._degraded = True
+            self._detour = True
         log.warning("breaker: Redis unreachable (%s); deciding from local state until it returns", exc)
 
     def _leave_degraded(self) -> None:
@@ -543,6 +610,7 @@ class RedisEngine(BreakerEngine):
             if not self._degraded:
                 return
             self._degraded = False
+            self._detour = bool(self._config.controls)
             self._local = None
         log.warning("breaker: Redis reachable again; circuits resynchronised")
 
@@ -551,7 +619,7 @@ class RedisEngine(BreakerEngine):
 
     def _local_engine(self) -> MemoryEngine:
         local = self._local
-        if local is None:  # raced with _leave_degraded: a throwaway engine answers this one call
+        if local is None:  # raced with _leave_degraded: a throwaway engine (and its events) answers this one call
             local = MemoryEngine(
                 clock=self._clock, config=self._config, probe_timeout_seconds=self._probe_timeout_seconds
             )
@@ -566,13 +634,23 @@ class RedisEngine(BreakerEngine):
     # ----- outcome worker ------------------------------------------------------------------------
 
     def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until the outcomes recorded so far are applied and the events emitted so far are shipped.
+
+        Events whose ship failed (or that wait while Redis is unreachable) stay buffered for the next try;
+        this does not wait for them.
+        """
         marker = _Flush()
         self._queue.put(marker)
         return marker.done.wait(timeout)
 
     def _work(self) -> None:
         while True:
-            item = self._queue.get()
+            try:
+                item = self._queue.get(timeout=self._ship_interval)
+            except queue.Empty:
+                # No outcomes for a while: events (a probe grant, a local transition) must not wait for them.
+                self._ship_pending()
+                continue
             batch: list[Any] = [item]
             while len(batch) < _BATCH:
                 try:
@@ -590,10 +668,49 @@ class RedisEngine(BreakerEngine):
                         log.exception("breaker: sending outcomes failed")
                     for decision, outcome, at in outcomes:
                         self._local_record(decision, outcome, at if at is not None else self._clock.now())
+            # The events of this batch's own transitions, and any it did not carry.
+            self._ship_pending()
             for b in batch:
                 if isinstance(b, _Flush):
                     b.done.set()
             if any(b is _STOP for b in batch):
+                return
+
+    def _xadd(self, pipe: Any, event: BreakerEvent) -> None:
+        pipe.xadd(
+            self._history, {HISTORY_FIELD: orjson.dumps(event.as_record())}, maxlen=HISTORY_MAXLEN, approximate=True
+        )
+
+    def _shipped(self, events: list[BreakerEvent], results: list[Any]) -> list[BreakerEvent]:
+        """The events whose XADD failed (to requeue), logging the first failure of a streak."""
+        failed = [event for event, result in zip(events, results, strict=True) if isinstance(result, Exception)]
+        if failed and not self._ship_error_logged:
+            self._ship_error_logged = True
+            error = next(r for r in results if isinstance(r, Exception))
+            log.warning("breaker: shipping %d circuit events failed (%s); keeping them to retry", len(failed), error)
+        elif not failed:
+            self._ship_error_logged = False
+        return failed
+
+    def _ship_pending(self) -> None:
+        """Ship every buffered event on its own pipeline (worker thread only); a failed ship requeues."""
+        events = self.events
+        while len(events) and not self._degraded:
+            batch = events.drain()
+            try:
+                pipe = self._client.pipeline(transaction=False)
+                for event in batch:
+                    self._xadd(pipe, event)
+                failed = self._shipped(batch, pipe.execute(raise_on_error=False))
+            except Exception as exc:  # this thread must survive anything
+                events.requeue(batch)
+                if isinstance(exc, RedisError):
+                    self._enter_degraded(exc)
+                else:
+                    log.exception("breaker: shipping circuit events failed")
+                return
+            if failed:
+                events.requeue(failed)
                 return
 
     def _send(self, outcomes: list[tuple[Decision, Outcome, float | None]]) -> None:
@@ -601,7 +718,7 @@ class RedisEngine(BreakerEngine):
             for decision, outcome, at in outcomes:
                 self._local_record(decision, outcome, at if at is not None else self._clock.now())
             return
-        calls: list[tuple[str, str, list[str], list[str]]] = []
+        calls: list[tuple[Decision, list[str], list[str]]] = []
         for decision, outcome, at in outcomes:
             settings = self._config.for_circuit(decision.provider, decision.model)
             verdict = classify(outcome, settings)
@@ -622,28 +739,72 @@ class RedisEngine(BreakerEngine):
                 str(settings.initial_cooldown_seconds * 1000),
                 str(settings.cooldown_cap_seconds * 1000),
             ]
-            calls.append((decision.provider, decision.model, self._keys(decision.provider, decision.model), args))
+            calls.append((decision, self._keys(decision.provider, decision.model), args))
         if not calls:
             return
-        for attempt in (1, 2):
-            pipe = self._client.pipeline(transaction=False)
-            new = {(p, m) for p, m, _, _ in calls} - self._registered
-            for provider, model in new:
-                pipe.sadd(self._registry, json.dumps([provider, model]))
-            for _, _, keys, args in calls:
-                pipe.evalsha(self._shas["record"], len(keys), *keys, *args)
-            results = pipe.execute(raise_on_error=False)[len(new) :]
-            if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
-                self._load_scripts()
-                continue
-            self._registered |= new
-            for (provider, model, _, _), result in zip(calls, results, strict=True):
-                if isinstance(result, Exception):
-                    log.error("breaker: recording an outcome for %s/%s failed: %s", provider, model, result)
+        # Events waiting since the last ship ride along in the same pipeline; whatever is not shipped
+        # (the pipeline failed, an XADD failed) goes back to the buffer.
+        events = self.events.drain()
+        try:
+            for attempt in (1, 2):
+                pipe = self._client.pipeline(transaction=False)
+                new = {(d.provider, d.model) for d, _, _ in calls} - self._registered
+                for provider, model in new:
+                    pipe.sadd(self._registry, json.dumps([provider, model]))
+                for _, keys, args in calls:
+                    pipe.evalsha(self._shas["record"], len(keys), *keys, *args)
+                for event in events:
+                    self._xadd(pipe, event)
+                replies = pipe.execute(raise_on_error=False)
+                results = replies[len(new) : len(new) + len(calls)]
+                events = self._shipped(events, replies[len(new) + len(calls) :])
+                if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
+                    self._load_scripts()
                     continue
-                if result[0] != "counted":
-                    self._mirror_update(provider, model, _Fields(result[1 : 1 + _FIELDS]))
+                self._registered |= new
+                for (decision, _, _), result in zip(calls, results, strict=True):
+                    if isinstance(result, Exception):
+                        log.error(
+                            "breaker: recording an outcome for %s/%s failed: %s",
+                            decision.provider,
+                            decision.model,
+                            result,
+                        )
+                        continue
+                    if result[0] != "counted":
+                        self._on_recorded(decision, result)
+                return
+        finally:
+            self.events.requeue(events)
+
+    def _on_recorded(self, decision: Decision, result: list[str]) -> None:
+        """Apply a `record` reply that changed the circuit; a 'transition' is this process's to report."""
+        fields = _Fields(result[_RECORD_HEAD : _RECORD_HEAD + _FIELDS])
+        self._mirror_update(decision.provider, decision.model, fields)
+        if result[0] != "transition":
             return
+        if not decision.probe:
+            kind = EventKind.OPENED
+        elif fields.state is State.CLOSED:
+            kind = EventKind.CLOSED
+        else:
+            kind = EventKind.REOPENED
+        cooldown = None
+        if kind is not EventKind.CLOSED and fields.cooldown_until is not None and fields.opened_at is not None:
+            cooldown = (fields.cooldown_until - fields.opened_at) / 1000
+        self.events.add(
+            BreakerEvent(
+                kind=kind,
+                provider=decision.provider,
+                model=decision.model,
+                at=int(result[1]) / 1000,
+                generation=fields.gen,
+                failures=_int(result[2]) if kind is EventKind.OPENED else None,
+                total=_int(result[3]) if kind is EventKind.OPENED else None,
+                last_status=fields.lf_label if kind is not EventKind.CLOSED else "",
+                cooldown_seconds=cooldown,
+            )
+        )
 
     # ----- subscriber: transitions, config changes, reconnects -----------------------------------
 
@@ -725,10 +886,15 @@ class RedisEngine(BreakerEngine):
             opened_at=to_datetime(f.opened_at / 1000) if f.opened_at is not None else None,
             generation=f.gen,
             probe_in_flight=probe_in_flight,
+            # Holds are decided on the engine clock, as allow() does.
+            control=self._config.control_for(provider, model, self._clock.now()),
         )
 
     def _window_ms(self, provider: str, model: str) -> str:
         return str(self._config.for_circuit(provider, model).window_seconds * 1000)
+
+    def hold(self, provider: str, model: str) -> Control | None:
+        return self._config.control_for(provider, model, self._clock.now())
 
     def get(self, provider: str, model: str) -> CircuitSnapshot:
         if not self._degraded:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -212,7 +213,9 @@ class BreakerEvent:
 
     `generation` is the circuit's generation after the transition: (provider, model, generation) names a
     transition uniquely across processes. `local` marks a transition made by a process deciding alone
-    (its shared state unreachable), which other processes did not see.
+    (its shared state unreachable), which other processes did not see. `event_id` names this one emission
+    (a uuid4 made with the event, kept by a requeue or a redelivery), so the history stores it once even
+    when it has no shared generation; it takes no part in equality.
     """
 
     kind: EventKind
@@ -225,6 +228,7 @@ class BreakerEvent:
     last_status: str = ""  # the last failure's label: a status code ("503") or an error kind ("timeout")
     cooldown_seconds: float | None = None  # the cooldown chosen (opened, reopened)
     local: bool = False
+    event_id: str = field(default_factory=lambda: uuid.uuid4().hex, compare=False)
 
     def as_record(self) -> dict[str, object]:
         return {
@@ -238,6 +242,7 @@ class BreakerEvent:
             "last_status": self.last_status,
             "cooldown_seconds": self.cooldown_seconds,
             "local": self.local,
+            "event_id": self.event_id,
         }
 
 

@@ -3,7 +3,7 @@
 import threading
 from datetime import UTC, datetime
 
-from health.breaker import BreakerSettings, ConfigSet, Decision, Outcome, State
+from health.breaker import BreakerSettings, ConfigSet, Control, ControlKind, Decision, Outcome, State
 from tests.health.conftest import M, P, config
 
 T0 = 1_700_000_000.0
@@ -416,3 +416,38 @@ def test_circuits_whose_names_join_to_the_same_text_are_independent(make_engine,
         ("a%2Fb", "c", State.CLOSED, 0, 1),
         ("a/b", "c", State.OPEN, 5, 10),
     ]
+
+
+def test_each_transition_appends_one_event_named_by_its_generation(make_engine, clock):
+    engine = make_engine(config=config(failure_threshold=1, minimum_requests=1))
+    seen = engine.events.emitted.copy()
+    call(engine, FAIL)  # opens
+    opened = engine.get(P, M).generation
+    clock.advance(60)
+    probe = engine.allow(P, M)  # half-open
+    engine.record(probe, OK)  # closes
+    assert engine.flush()
+
+    counts = {kind: n - seen[kind] for kind, n in engine.events.emitted.items() if n != seen[kind]}
+
+    assert counts == {"opened": 1, "half_open": 1, "closed": 1}
+    assert (opened, probe.generation, engine.get(P, M).generation) == (opened, opened + 1, opened + 2)
+
+
+def test_a_hold_leaves_the_circuit_as_it_was_once_it_expires(make_engine, clock):
+    engine = make_engine(config=config(failure_threshold=3, minimum_requests=1))
+    for _ in range(2):
+        call(engine, FAIL)
+    hold = Control(ControlKind.DRAINED, P, "", "maintenance", until=T0 + 10)
+    engine.configure(ConfigSet(default=engine.config.default, controls={(P, ""): hold}))
+
+    refused = engine.allow(P, M)
+    during = (counts(engine), engine.get(P, M).control)
+    clock.set(T0 + 10)
+    after = (counts(engine), engine.get(P, M).control)
+    call(engine, FAIL)  # the third failure in the window opens it as it would have
+
+    assert (refused.allowed, refused.probe, refused.state) == (False, False, State.OPEN)
+    assert during == ((State.CLOSED, 2, 2), hold)
+    assert after == ((State.CLOSED, 2, 2), None)
+    assert counts(engine) == (State.OPEN, 3, 3)
