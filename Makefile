@@ -21,7 +21,7 @@ help:
 	@echo "make test  - run the whole test suite (PostgreSQL + Redis, then SQLite)"
 	@echo "make lint  - ruff (check + format), mypy (Django and DRF stubs), import-linter (the apps' layers)"
 	@echo "make bench - breaker and gateway benchmarks (wrk, Redis)"
-	@echo "make bench-logs - Request Logs on 2,000,000 rows, ingest rate, freshness (PostgreSQL, Redis)"
+	@echo "make bench-logs - Request Logs and the Dashboard on 2,000,000 rows, ingest rate, freshness (PostgreSQL, Redis)"
 	@echo "make bench-hostile - 50 concurrent maximal and hostile bodies: worker memory, /healthz latency (Redis)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
@@ -56,10 +56,12 @@ bench: venv
 	$(PY) bench/breaker.py
 	$(PY) bench/gateway.py
 
-# Request Logs: pages, API and CSV on 2,000,000 rows, ingest rate, freshness in both modes.
+# Request Logs: pages, API and CSV on 2,000,000 rows, ingest rate, freshness in both modes; the Dashboard on
+# 2,000,000 rows and the ingest rate with its aggregates.
 bench-logs: venv
 	$(PY) bench/request_logs.py
 	$(PY) bench/request_log_freshness.py
+	$(PY) bench/dashboard.py
 
 # Maximal and hostile request bodies against one gateway worker; figures go in the README's Reliability section.
 bench-hostile: venv

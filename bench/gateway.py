@@ -272,6 +272,7 @@ def main() -> None:
         ttfb_direct = ttfb(sim_url, "/backup/v1/chat/completions", None, n)
         ttfb_gateway = ttfb(gw_url, "/v1/chat/completions", key, n)
         _, rss_end = proc_stats(gw_pid)
+        scrape_ms, counted = scrape_metrics(gw_url)
     finally:
         for proc in procs:
             proc.terminate()
@@ -313,6 +314,26 @@ def main() -> None:
         f"Gateway CPU time per request: {(cpu_after - cpu_before) / max(gateway_requests, 1) * 1e6:.0f} µs "
         f"({gateway_requests:,} requests)"
     )
+    print(f"/metrics: answered in {scrape_ms:.1f} ms, counting {counted:,.0f} chat requests")
+
+
+def scrape_metrics(url: str) -> tuple[float, float]:
+    """(milliseconds one /metrics scrape took, chat requests it counts); (nan, nan) for a gateway without it."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    t0 = time.perf_counter()
+    response = httpx.get(f"{url}/metrics", timeout=30)
+    elapsed = (time.perf_counter() - t0) * 1000
+    if response.status_code != 200 or "controlplane_gateway_requests" not in response.text:
+        return float("nan"), float("nan")
+    counted = sum(
+        sample.value
+        for family in text_string_to_metric_families(response.text)
+        if family.name == "controlplane_gateway_requests"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
+    return elapsed, counted
 
 
 def _worker_pid(parent: int) -> int:

@@ -22,6 +22,7 @@ from access.selectors import auth_locked_until
 from access.services import auth_failure_record
 from catalog.keys import key_hash
 from catalog.models import ConsoleToken
+from catalog.selectors import console_token_live
 
 TOKEN_LOCKED_MESSAGE = "Too many failed token attempts from this address; token authentication is paused."
 
@@ -66,9 +67,9 @@ class ConsoleTokenAuthentication(BaseAuthentication):
         return self.authenticate_credentials(secret)
 
     def authenticate_credentials(self, secret: str) -> tuple[Any, ConsoleToken]:
-        token = ConsoleToken.objects.select_related("user").filter(hashed_secret=key_hash(secret)).first()
+        token = console_token_live(secret_hash=key_hash(secret))
         # One message for every refusal, so a caller learns nothing about which tokens exist.
-        if token is None or token.revoked_at is not None or not token.user.is_active:
+        if token is None:
             raise AuthenticationFailed("Invalid token.")
         self._touch(token)
         return token.user, token

@@ -6,7 +6,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.base_user import AbstractBaseUser
 from django.db.models import QuerySet
 
-from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
+from catalog.models import Agent, ApiKey, Application, ConsoleToken, LlmModel, Provider, Team
 
 
 def provider_list() -> QuerySet[Provider]:
@@ -54,3 +54,15 @@ def api_keys_usable_count(*, users: Iterable[AbstractBaseUser]) -> int:
 def user_by_username(*, username: str) -> AbstractBaseUser | None:
     """The user with this username, or None."""
     return get_user_model()._default_manager.filter(username=username).first()
+
+
+def console_token_live(*, secret_hash: str) -> ConsoleToken | None:
+    """The console API token with this SHA-256 if it still works (not revoked, owner active), user loaded.
+
+    The one rule of a valid token: the API's authentication (which adds failure throttling and the last-used
+    stamp) and the gateway's /metrics check (which cannot load the throttling) both ask it.
+    """
+    token = ConsoleToken.objects.select_related("user").filter(hashed_secret=secret_hash).first()
+    if token is None or token.revoked_at is not None or not token.user.is_active:
+        return None
+    return token

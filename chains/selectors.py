@@ -1,5 +1,6 @@
 """Reads of fallback chains."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.db.models import Prefetch, Q, QuerySet
@@ -127,3 +128,36 @@ def chain_warnings(*, source: LlmModel, entries: list[LlmModel], scope: Scope) -
                 )
             )
     return warnings
+
+
+@dataclass(frozen=True)
+class ChainLink:
+    """A chain that lists a circuit: as its source model (`position` None) or as entry `position` (1-based)."""
+
+    chain_id: int
+    name: str
+    enabled: bool
+    position: int | None
+
+
+def chains_for_circuits(*, circuits: Iterable[tuple[str, str]]) -> dict[tuple[str, str], list[ChainLink]]:
+    """For each (provider, model) circuit, the chains, enabled or not, that list it as source or entry, by
+    name. Two queries whatever the number of circuits."""
+    wanted = set(circuits)
+    models = {model for _, model in wanted}
+    out: dict[tuple[str, str], list[ChainLink]] = {key: [] for key in wanted}
+    if not models:
+        return out
+    sources = FallbackChain.objects.filter(source_model__name__in=models).select_related("source_model__provider")
+    for chain in sources:
+        key = (chain.source_model.provider.name, chain.source_model.name)
+        if key in wanted:
+            out[key].append(ChainLink(chain.pk, chain.name, chain.enabled, None))
+    entries = ChainEntry.objects.filter(model__name__in=models).select_related("chain", "model__provider", "provider")
+    for entry in entries:
+        key = (entry.served_by.name, entry.model.name)
+        if key in wanted:
+            out[key].append(ChainLink(entry.chain_id, entry.chain.name, entry.chain.enabled, entry.position + 1))
+    for links in out.values():
+        links.sort(key=lambda link: (link.name.lower(), link.chain_id, link.position or 0))
+    return out

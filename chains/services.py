@@ -17,8 +17,7 @@ from core.configbus import config_publish
 from core.db import write_unique
 from core.errors import ConflictError, ValidationFailed
 from core.types import Actor
-from core.validation import FieldErrors
-from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
+from core.validation import FieldErrors, clean_name
 
 NAME_MAX = 200
 
@@ -52,13 +51,7 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
     """Validate every rule and collect all field errors before raising."""
     errors = FieldErrors()
 
-    name = (data.name or "").strip()
-    if not name:
-        errors.add("name", "Name is required and cannot be only whitespace.")
-    elif has_control_characters(name):
-        errors.add("name", CONTROL_CHARACTERS_MESSAGE)
-    elif len(name) > NAME_MAX:
-        errors.add("name", f"Name is at most {NAME_MAX} characters.")
+    name = clean_name(errors, data.name, max_length=NAME_MAX)
 
     source_name = (data.source_model or "").strip()
     models_by_name = {

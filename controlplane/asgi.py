@@ -1,7 +1,7 @@
 """ASGI entry point.
 
 Embedded mode (no REDIS_URL): ONE process serves the console and the gateway —
-`/v1/...`, `/healthz` and `/readyz` go to the gateway, the rest to Django — so the
+`/v1/...`, `/healthz`, `/readyz` and `/metrics` go to the gateway, the rest to Django — so the
 in-memory breaker the gateway uses is the one the Provider Health tab shows.
 Production: the console only; gateways run under `manage.py run_gateway`.
 """
@@ -61,6 +61,8 @@ def _application() -> Any:
             limits=BodyLimits.from_settings(settings),
             body_buffer=settings.GATEWAY_BODY_BUFFER_BYTES,
             body_read_timeout=settings.GATEWAY_BODY_READ_TIMEOUT_SECONDS,
+            # /metrics is the gateway's here: it serves the console's metrics too.
+            console_metrics=True,
         )
         from controlplane.periodic import EmbeddedScheduler
 

@@ -33,6 +33,19 @@ JOBS: tuple[Job, ...] = (
     Job("requestlogs-retention", "requestlogs.retention", 3600.0),
     # Every 10 minutes: forget sign-in throttle rows whose failures and lockout have all expired.
     Job("access-prune", "access.prune", 600.0),
+    # Every second: store the breakers' transitions as circuit history (production: the gateways' history
+    # stream; embedded: this process's engine buffer), so Provider Health shows an event within seconds.
+    Job("health-events-ingest", "health.events_ingest", 1.0),
+    # Every 10 s: remove operator holds (force open, drain) past their expiry and record the release. The
+    # engines already stop honouring a hold at its expiry; this tidies the table and the history.
+    Job("health-controls-expire", "health.controls_expire", 10.0),
+    # Daily: delete circuit history past CIRCUIT_EVENT_RETENTION_DAYS (each circuit's last state is kept).
+    Job("health-events-retention", "health.events_retention", 86400.0),
+    # Every 30 s: evaluate the alert rules (open, update and resolve alerts; docs/alerts.md).
+    Job("alerts-evaluate", "alerts.evaluate", 30.0),
+    # Every 5 s: send the due webhook deliveries (new ones and retries with backoff; one run is capped at a
+    # few deliveries / ~5 s, so the embedded thread's 1 s jobs keep their pace).
+    Job("alerts-deliver", "alerts.deliver", 5.0),
 )
 
 

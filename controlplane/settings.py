@@ -4,6 +4,7 @@ Defaults run a fresh checkout in embedded mode (SQLite file under var/, no Redis
 DATABASE_URL and REDIS_URL switch the backends and nothing else changes.
 """
 
+import ipaddress
 import secrets
 from pathlib import Path
 
@@ -134,6 +135,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "core.context_processors.console",
+                "alerts.context_processors.alerts",
             ],
         },
     },
@@ -181,6 +183,16 @@ if min(AUTH_FAILURE_LIMIT, AUTH_FAILURE_WINDOW_SECONDS, AUTH_LOCKOUT_SECONDS) < 
         "AUTH_FAILURE_LIMIT, AUTH_FAILURE_WINDOW_SECONDS and AUTH_LOCKOUT_SECONDS must be at least 1, "
         "TRUSTED_PROXY_COUNT 0 or more."
     )
+
+# GET /metrics (gateway and console; docs/metrics.md) answers clients whose address is in one of these networks
+# (comma-separated CIDRs, default loopback), or that send an admin console API token. The address is the TCP peer's,
+# never X-Forwarded-For: behind a proxy, the proxy's address is what counts.
+METRICS_ALLOWED_NETWORKS = env_list("METRICS_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"])
+for _network in METRICS_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"METRICS_ALLOWED_NETWORKS: {_network!r} is not a CIDR network.") from None
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "home"
@@ -252,11 +264,23 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Configuration API of the Control Plane LLM gateway.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "ENUM_NAME_OVERRIDES": {
+        "AlertRuleKindEnum": "alerts.models.RuleKind",
+        "CircuitHoldKindEnum": "health.models.CircuitControl.Kind",
+        "CircuitEventKindEnum": "health.models.CircuitEvent.Kind",
+    },
 }
 
 # Prefix of the breaker's Redis keys and channels (several deployments may share one Redis).
 BREAKER_REDIS_NAMESPACE = env_str("BREAKER_REDIS_NAMESPACE", "cp:breaker")
 REQUEST_LOG_RETENTION_DAYS = env_int("REQUEST_LOG_RETENTION_DAYS", 30)
+# The Dashboard's per-minute and per-hour request aggregates (docs/dashboard.md): days kept by the retention job.
+REQUEST_AGGREGATE_MINUTE_DAYS = env_int("REQUEST_AGGREGATE_MINUTE_DAYS", 8)
+REQUEST_AGGREGATE_HOUR_DAYS = env_int("REQUEST_AGGREGATE_HOUR_DAYS", 90)
+# Circuit history (CircuitEvent): days kept by the daily retention job; each circuit's last state is kept.
+CIRCUIT_EVENT_RETENTION_DAYS = env_int("CIRCUIT_EVENT_RETENTION_DAYS", 90)
+if CIRCUIT_EVENT_RETENTION_DAYS < 1:
+    raise ImproperlyConfigured("CIRCUIT_EVENT_RETENTION_DAYS must be at least 1.")
 # Production: the Redis stream the gateways append request logs to and the ingest task drains.
 REQUEST_LOG_STREAM = env_str("REQUEST_LOG_STREAM", "cp:requestlogs")
 # Cap on that stream, in entries (about 730 bytes each in Redis: the default is ~0.7 GiB, some 80 minutes
@@ -310,6 +334,19 @@ if BREAKER_PROBE_TIMEOUT_SECONDS < GATEWAY_DEADLINE_SECONDS + BREAKER_PROBE_MARG
         f"GATEWAY_DEADLINE_SECONDS + {BREAKER_PROBE_MARGIN_SECONDS} "
         f"({GATEWAY_DEADLINE_SECONDS + BREAKER_PROBE_MARGIN_SECONDS}): a probe still waiting for its upstream "
         "would lose its half-open slot to a second probe."
+    )
+
+# Alerts (docs/alerts.md): webhook POST timeout, tries before a delivery is given up, the retry backoff (base
+# doubling up to the cap), and the console address the notifications link back to.
+ALERT_WEBHOOK_TIMEOUT_SECONDS = env_int("ALERT_WEBHOOK_TIMEOUT_SECONDS", 5)
+ALERT_WEBHOOK_MAX_ATTEMPTS = env_int("ALERT_WEBHOOK_MAX_ATTEMPTS", 5)
+ALERT_WEBHOOK_BACKOFF_SECONDS = env_int("ALERT_WEBHOOK_BACKOFF_SECONDS", 10)
+ALERT_WEBHOOK_BACKOFF_CAP_SECONDS = env_int("ALERT_WEBHOOK_BACKOFF_CAP_SECONDS", 600)
+ALERT_CONSOLE_URL = env_str("ALERT_CONSOLE_URL", "http://127.0.0.1:8000").rstrip("/")
+if min(ALERT_WEBHOOK_TIMEOUT_SECONDS, ALERT_WEBHOOK_MAX_ATTEMPTS, ALERT_WEBHOOK_BACKOFF_SECONDS) < 1:
+    raise ImproperlyConfigured(
+        "ALERT_WEBHOOK_TIMEOUT_SECONDS, ALERT_WEBHOOK_MAX_ATTEMPTS and ALERT_WEBHOOK_BACKOFF_SECONDS "
+        "must be at least 1."
     )
 
 CELERY_BROKER_URL = REDIS_URL or "memory://"

@@ -15,7 +15,7 @@ def console(request: HttpRequest) -> dict[str, Any]:
         "user_role": role,
         "user_role_label": ROLE_LABELS.get(role, "No role") if role else "No role",
         "nav": {
-            "dashboard": user.is_authenticated,
+            "dashboard": has_role(user, Role.ADMIN, Role.BI_READ_ONLY),
             "fallback": has_role(user, Role.ADMIN),
             "request_logs": has_role(user, Role.ADMIN, Role.BI_READ_ONLY, Role.USER),
             "audit": has_role(user, Role.ADMIN, Role.BI_READ_ONLY),

@@ -26,3 +26,9 @@ class ServiceUnavailable(ApplicationError):
     """A service the change needs is unreachable; retrying later may succeed (API 503)."""
 
     status_code = 503
+
+
+class NotFound(ApplicationError):
+    """The object the change is about does not exist (API 404)."""
+
+    status_code = 404

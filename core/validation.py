@@ -12,6 +12,7 @@ its mistakes at once, each under its field ("__all__" for errors of the whole in
 from collections.abc import Iterable, Mapping
 
 from core.errors import ValidationFailed
+from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
 
 
 class FieldErrors:
@@ -42,3 +43,21 @@ class FieldErrors:
         if self.errors:
             first = next(iter(self.errors.values()))[0]
             raise ValidationFailed(first, errors=self.errors)
+
+
+def clean_name(
+    errors: FieldErrors, value: str | None, *, max_length: int, label: str = "Name", field: str = "name"
+) -> str:
+    """A required one-line name, trimmed: not blank, no control characters, at most `max_length` characters.
+
+    Returns the trimmed value; a problem is added under `field` (test `errors.has(field)` before looking the name
+    up, e.g. for uniqueness).
+    """
+    name = (value or "").strip()
+    if not name:
+        errors.add(field, f"{label} is required and cannot be only whitespace.")
+    elif has_control_characters(name):
+        errors.add(field, CONTROL_CHARACTERS_MESSAGE)
+    elif len(name) > max_length:
+        errors.add(field, f"{label} is at most {max_length} characters.")
+    return name

@@ -25,6 +25,7 @@ from gateway.bodies import MIB, BodyBudget, BodyError, BodyLimits, parse_body, w
 from gateway.config import ConfigHolder
 from gateway.errors import openai_error, sse_error
 from gateway.logsink import LogSink, new_request_id
+from gateway.metrics import CONTENT_TYPE, FORBIDDEN_BODY, GatewayMetrics, bearer_secret
 from gateway.snapshot import KeyInfo, ProviderInfo, Refusal, Route, Snapshot, Target
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
 from gateway.upstream.openai import OpenAIAdapter
@@ -53,18 +54,7 @@ _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 _DONE = b"data: [DONE]"
 ADAPTERS: dict[str, type[Adapter]] = {"openai": OpenAIAdapter}
-# /metrics: the request-log pipeline only, named controlplane_requestlog_<name>. The first four are this
-# process's; the others are read from Redis and shared by every gateway (absent in embedded mode).
-METRICS: dict[str, tuple[str, str]] = {
-    "buffered": ("gauge", "Records in this process's buffer, not yet written."),
-    "buffer_dropped_total": ("counter", "Records this process dropped because its buffer was full."),
-    "spilled_total": ("counter", "Records this process spilled to a local file at shutdown."),
-    "replayed_total": ("counter", "Records this process replayed from spill files at start."),
-    "redis_up": ("gauge", "1 if the request-log counters could be read from Redis."),
-    "stream_length": ("gauge", "Entries in the Redis request-log stream, not yet ingested."),
-    "trimmed_total": ("counter", "Entries the stream's length cap removed before they were ingested."),
-    "dead_lettered_total": ("counter", "Entries moved to the dead-letter stream (undecodable or refused)."),
-}
+_TEXT_HEADERS = [(b"content-type", b"text/plain; charset=utf-8")]
 
 
 class _ClientGone(Exception):
@@ -126,6 +116,7 @@ class GatewayApp:
         body_buffer: int = DEFAULT_BODY_BUFFER,
         body_wait_seconds: float = BODY_WAIT_SECONDS,
         body_read_timeout: float = BODY_READ_TIMEOUT_SECONDS,
+        console_metrics: bool = False,
     ) -> None:
         self.config = config
         self._engine = engine
@@ -141,6 +132,8 @@ class GatewayApp:
         self._transports: dict[str, FastTransport] = {}
         self._adapters: dict[str, tuple[ProviderInfo, Adapter]] = {}
         self.started = False
+        # /metrics (gateway/metrics.py); `console_metrics` adds the console's (embedded mode: one process).
+        self.metrics = GatewayMetrics(config=config, engine=lambda: self.engine, sink=sink, console=console_metrics)
 
     @property
     def engine(self) -> BreakerEngine:
@@ -159,6 +152,7 @@ class GatewayApp:
         await asyncio.to_thread(lambda: self.engine)
         if self.sink is not None:
             self.sink.start()
+        self.metrics.start()
         self.started = True
 
     async def shutdown(self) -> None:
@@ -172,6 +166,7 @@ class GatewayApp:
         self._adapters.clear()
         if self.sink is not None:
             await asyncio.to_thread(self.sink.stop)
+        await asyncio.to_thread(self.metrics.stop)
         await asyncio.to_thread(self.config.stop)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
@@ -207,7 +202,7 @@ class GatewayApp:
         elif path == "/readyz":
             await self._ready(send)
         elif path == "/metrics" and method == "GET":
-            await self._metrics(send)
+            await self._metrics(scope, send)
         else:
             await _respond(send, 404, openai_error(f"Unknown endpoint {method} {path}.", code="unknown_url"))
 
@@ -235,16 +230,16 @@ class GatewayApp:
         body = {"status": "ready" if body["ready"] else "not_ready", **body, "checks": checks}
         await _respond(send, 200 if body["ready"] else 503, orjson.dumps(body))
 
-    async def _metrics(self, send: Any) -> None:
-        """Prometheus text exposition of the request-log pipeline's counters (this process and its Redis)."""
-        counts = await asyncio.to_thread(self.sink.counts) if self.sink is not None else {}
-        lines = []
-        for name, (kind, help_text) in METRICS.items():
-            if name in counts:
-                metric = f"controlplane_requestlog_{name}"
-                lines += [f"# HELP {metric} {help_text}", f"# TYPE {metric} {kind}", f"{metric} {counts[name]}"]
-        body = ("\n".join(lines) + "\n").encode()
-        await _respond(send, 200, body, headers=[(b"content-type", b"text/plain; version=0.0.4; charset=utf-8")])
+    async def _metrics(self, scope: dict[str, Any], send: Any) -> None:
+        """Prometheus text (gateway/metrics.py), for an allowed network or an admin console token; else 403."""
+        allowed = self.metrics.client_allowed(scope.get("client"))
+        if not allowed and (secret := bearer_secret(scope["headers"])) is not None:
+            allowed = await self.metrics.token_allowed(scope.get("client"), secret)
+        if not allowed:
+            await _respond(send, 403, FORBIDDEN_BODY, headers=_TEXT_HEADERS)
+            return
+        body = await asyncio.to_thread(self.metrics.render)
+        await _respond(send, 200, body, headers=[(b"content-type", CONTENT_TYPE.encode())])
 
     # -- auth ----------------------------------------------------------------------
     def _authenticate(self, scope: dict[str, Any], snap: Snapshot) -> KeyInfo:
@@ -518,6 +513,16 @@ class GatewayApp:
                 else f"Provider `{provider.name}` speaks `{provider.protocol}`, which this gateway cannot call yet."
             )
             raise _Reject(502, message, kind="server_error", code="no_route")
+        # An operator's hold (forced open, or the provider drained) means no traffic at all: never the
+        # optimistic attempt. Asked only here, once every entry has been refused.
+        if engine.hold(route.primary.provider, route.primary.model) is not None:
+            raise _Reject(
+                503,
+                f"`{route.primary.provider} / {route.primary.model}` is held open by an operator and no "
+                "fallback entry is available; retry later.",
+                kind="server_error",
+                code="circuit_held",
+            )
         # Every entry unavailable (or no chain): try the original target anyway ("optimistic primary").
         call.optimistic = True
         await self._attempt(call, snap, send, route.primary, None, step=0)
@@ -741,14 +746,18 @@ class GatewayApp:
         return rest if rest.startswith(b"data: {") and len(rest) < 65536 else b""
 
     def _log(self, call: _Call) -> None:
-        """Hand the record to the sink once, before the response's last bytes go out. Never raises."""
-        if self.sink is None or call.logged:
+        """Hand the record to the sink and the metrics once, before the response's last bytes go out. Never raises."""
+        if call.logged:
             return
         call.logged = True
         try:
-            self.sink.add(self._log_record(call))
+            record = self._log_record(call)
         except Exception:
             log.exception("gateway: could not build the log record of %s", call.request_id)
+            return
+        if self.sink is not None:
+            self.sink.add(record)
+        self.metrics.add(record)
 
     def _log_record(self, call: _Call) -> dict[str, Any]:
         """The request-log record of one call, as the sink ships it."""

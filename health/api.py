@@ -1,4 +1,5 @@
-"""Breaker API: circuits, reset, global thresholds and per-circuit overrides. Admin only (the default).
+"""Breaker API: circuits, their history, reset, operator holds (force open, drain, release), global thresholds
+and per-circuit overrides. Admin only (the default).
 
 The input serializers check shapes and types; every rule (ranges, the cooldown cap, known providers
 and models) lives in health.services. The console sends the same fields as typed strings and the
@@ -7,11 +8,13 @@ pass it on as sent: a field's message is the same in the console and the API. As
 type error is reported on its own (with its field in `detail`); the rules are checked once the types are right.
 """
 
+import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.fields import empty
 from rest_framework.request import Request
@@ -20,10 +23,14 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from core.api import input_validate
+from health.breaker.types import ConfigSet, Control
+from health.history import circuit_event_list
+from health.models import CircuitControl, CircuitEvent
 from health.selectors import (
     CONFIG_FIELDS,
     breaker_config_get,
     breaker_override_get,
+    circuit_controls,
     circuit_get,
     circuit_list,
     circuits_local_only,
@@ -33,11 +40,14 @@ from health.services import (
     breaker_config_update,
     breaker_override_delete,
     breaker_override_set,
+    circuit_force_open,
+    circuit_release,
     circuit_reset,
     code_items,
     is_blank,
     not_a_code_message,
     not_whole_number_message,
+    provider_drain,
     unknown_field_message,
     whole_number,
 )
@@ -159,7 +169,28 @@ DEGRADED_DETAIL = (
 )
 
 
+class HoldSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(
+        choices=CircuitControl.Kind.choices, help_text="forced_open: this circuit; drained: its whole provider."
+    )
+    reason = serializers.CharField()
+    until = serializers.DateTimeField(allow_null=True, help_text="When the hold expires; null: until released.")
+
+    class Meta:
+        ref_name = "CircuitHold"
+
+
+def _hold_data(control: Control | None) -> dict[str, Any] | None:
+    if control is None:
+        return None
+    until = datetime.fromtimestamp(control.until, tz=UTC) if control.until is not None else None
+    return dict(HoldSerializer({"kind": str(control.kind), "reason": control.reason, "until": until}).data)
+
+
 class CircuitListItemSerializer(CircuitOutputSerializer):
+    control = serializers.SerializerMethodField(
+        help_text="The operator's hold in force on this circuit (forced open, or its provider drained), or null."
+    )
     degraded = serializers.SerializerMethodField(
         help_text=(
             "True while this process cannot reach Redis: the row is its local view, not the state every gateway "
@@ -172,6 +203,11 @@ class CircuitListItemSerializer(CircuitOutputSerializer):
 
     def get_degraded(self, row: object) -> bool:
         return bool(self.context.get("degraded"))
+
+    @extend_schema_field(HoldSerializer(allow_null=True))
+    def get_control(self, row: Any) -> dict[str, Any] | None:
+        holds: ConfigSet = self.context["holds"]
+        return _hold_data(holds.control_for(row.provider, row.model, self.context["now"]))
 
 
 class CircuitListApi(APIView):
@@ -193,7 +229,9 @@ class CircuitListApi(APIView):
     def get(self, request: Request) -> Response:
         rows = circuit_list()
         degraded = circuits_local_only()  # after the listing, which may be what found Redis unreachable
-        data = CircuitListItemSerializer(rows, many=True, context={"degraded": degraded}).data
+        # Holds come from the database (what every gateway applies), not from this process's engine.
+        context = {"degraded": degraded, "holds": ConfigSet(controls=circuit_controls()), "now": time.time()}
+        data = CircuitListItemSerializer(rows, many=True, context=context).data
         headers = {DEGRADED_HEADER: DEGRADED_DETAIL} if degraded else None
         return Response(data, headers=headers)
 
@@ -221,6 +259,140 @@ class CircuitResetApi(APIView):
         before = circuit_reset(actor=request.user, provider=data["provider"], model=data["model"])
         after = circuit_get(provider=before.provider, model=before.model)
         return Response(CircuitResetApi.OutputSerializer({"circuit": after, "previous": before}).data)
+
+
+class CircuitEventOutputSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=CircuitEvent.Kind.choices)
+    at = serializers.DateTimeField()
+    model = serializers.CharField(help_text='"" for an event of the whole provider (a drain and its release).')
+    generation = serializers.IntegerField(
+        allow_null=True, help_text="The circuit's generation after a breaker transition; null for operator holds."
+    )
+    failures = serializers.IntegerField(allow_null=True, help_text="Failures in the window when it opened.")
+    total = serializers.IntegerField(allow_null=True, help_text="Requests in the window when it opened.")
+    last_status = serializers.CharField(help_text='The failure that tripped it: a status code ("503") or a kind.')
+    cooldown_seconds = serializers.FloatField(allow_null=True, help_text="The cooldown chosen (opened, reopened).")
+    local = serializers.BooleanField(help_text="Decided by one gateway alone while Redis was unreachable.")
+    actor = serializers.CharField(help_text='Who acted (reset, holds); "expiry" for a hold that ran out.')
+    reason = serializers.CharField()
+    until = serializers.DateTimeField(allow_null=True, help_text="A hold's expiry (forced_open, drained).")
+
+    class Meta:
+        ref_name = "CircuitEvent"
+
+
+EVENTS_DEFAULT = 50
+EVENTS_MAX = 500
+
+
+class CircuitEventListApi(APIView):
+    """GET: the circuit's history, newest first (`?limit=`, default 50, at most 500), its provider's drains
+    included."""
+
+    class FilterSerializer(serializers.Serializer):
+        limit = serializers.IntegerField(
+            required=False, min_value=1, max_value=EVENTS_MAX, default=EVENTS_DEFAULT, help_text="1 to 500."
+        )
+
+        class Meta:
+            ref_name = "CircuitEventFilter"
+
+    @extend_schema(
+        operation_id="circuit_event_list",
+        parameters=[FilterSerializer],
+        responses=CircuitEventOutputSerializer(many=True),
+    )
+    def get(self, request: Request, provider: str, model: str) -> Response:
+        query = input_validate(CircuitEventListApi.FilterSerializer(data=request.query_params))
+        events = circuit_event_list(provider=provider, model=model, limit=query["limit"])
+        return Response(CircuitEventOutputSerializer(events, many=True).data)
+
+
+class ControlOutputSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=CircuitControl.Kind.choices)
+    provider = serializers.CharField()
+    model = serializers.CharField(help_text='"" for a drain (every circuit of the provider).')
+    reason = serializers.CharField()
+    until = serializers.DateTimeField(
+        source="expires_at", allow_null=True, help_text="When the hold expires; null: until released."
+    )
+    created_by = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+    class Meta:
+        ref_name = "CircuitControl"
+
+
+class _MinutesField(serializers.IntegerField):
+    """Optional; null or missing: until released. The range (1 to 10080, 7 days) is the service's rule."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(required=False, allow_null=True, help_text="Hold for this many minutes (1 to 10080).")
+
+
+class CircuitForceOpenApi(APIView):
+    """POST {"provider", "model", "reason", "minutes"?}: hold the circuit open (no traffic, no probe) on every
+    gateway until released or expired (audited, in the circuit's history)."""
+
+    class InputSerializer(_ObjectSerializer):
+        provider = _NameField()
+        model = _NameField()
+        reason = _NameField(help_text="Why (required, at most 500 characters).")
+        minutes = _MinutesField()
+
+        class Meta:
+            ref_name = "CircuitForceOpenInput"
+
+    @extend_schema(operation_id="circuit_force_open", request=InputSerializer, responses={201: ControlOutputSerializer})
+    def post(self, request: Request) -> Response:
+        data = input_validate(CircuitForceOpenApi.InputSerializer(data=request.data))
+        row = circuit_force_open(
+            actor=request.user,
+            provider=data["provider"],
+            model=data["model"],
+            reason=data["reason"],
+            minutes=data.get("minutes"),
+        )
+        return Response(ControlOutputSerializer(row).data, status=201)
+
+
+class CircuitDrainApi(APIView):
+    """POST {"provider", "reason", "minutes"?}: hold every circuit of the provider open until released or
+    expired."""
+
+    class InputSerializer(_ObjectSerializer):
+        provider = _NameField()
+        reason = _NameField(help_text="Why (required, at most 500 characters).")
+        minutes = _MinutesField()
+
+        class Meta:
+            ref_name = "CircuitDrainInput"
+
+    @extend_schema(operation_id="provider_drain", request=InputSerializer, responses={201: ControlOutputSerializer})
+    def post(self, request: Request) -> Response:
+        data = input_validate(CircuitDrainApi.InputSerializer(data=request.data))
+        row = provider_drain(
+            actor=request.user, provider=data["provider"], reason=data["reason"], minutes=data.get("minutes")
+        )
+        return Response(ControlOutputSerializer(row).data, status=201)
+
+
+class CircuitReleaseApi(APIView):
+    """POST {"provider", "model"?}: lift the hold on the circuit, or the provider's drain when `model` is
+    empty or left out. 404 when there is no such hold. Replies with the hold lifted."""
+
+    class InputSerializer(_ObjectSerializer):
+        provider = _NameField()
+        model = _NameField(required=False, help_text="Leave out (or empty) to release the provider's drain.")
+
+        class Meta:
+            ref_name = "CircuitReleaseInput"
+
+    @extend_schema(operation_id="circuit_release", request=InputSerializer, responses=ControlOutputSerializer)
+    def post(self, request: Request) -> Response:
+        data = input_validate(CircuitReleaseApi.InputSerializer(data=request.data))
+        row = circuit_release(actor=request.user, provider=data["provider"], model=data.get("model", ""))
+        return Response(ControlOutputSerializer(row).data)
 
 
 class BreakerConfigApi(APIView):

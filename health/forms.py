@@ -117,3 +117,53 @@ class CircuitForm(forms.Form):
         if not self.is_valid():
             return "", ""
         return self.cleaned_data["provider"], self.cleaned_data["model"]
+
+
+# The expiry presets of the kill-switch dialogs: minutes, "" (until released) or "other" (the minutes field).
+EXPIRY_PRESETS: tuple[tuple[str, str], ...] = (
+    ("15", "15 min"),
+    ("30", "30 min"),
+    ("60", "1 hour"),
+    ("", "Until released"),
+    ("other", "Other"),
+)
+EXPIRY_DEFAULT = "60"
+
+
+class HoldForm(_ServiceErrorsMixin, forms.Form):
+    """Force open a circuit or drain a provider: target, reason, expiry. The service checks every value."""
+
+    prefix = "hold"
+
+    provider = forms.CharField(required=False)
+    model = forms.CharField(required=False)
+    reason = forms.CharField(required=False, strip=False)
+    expiry = forms.CharField(required=False)
+    minutes = forms.CharField(required=False)
+
+    def target(self) -> tuple[str, str]:
+        data = self.cleaned_data if self.is_bound and hasattr(self, "cleaned_data") else self.initial
+        return str(data.get("provider") or ""), str(data.get("model") or "")
+
+    def expiry_choice(self) -> str:
+        value = self["expiry"].value()
+        value = EXPIRY_DEFAULT if value is None else str(value)
+        return value if value in {v for v, _ in EXPIRY_PRESETS} else EXPIRY_DEFAULT
+
+    def minutes_input(self) -> str | None:
+        """The minutes the operator chose: a preset, the typed number ("other"), or "" (until released).
+
+        None, with an error on the form, when "Other" was chosen and no number typed (the service would
+        read an empty value as "until released", which is not what was asked for).
+        """
+        choice = self.expiry_choice()
+        if choice != "other":
+            return choice
+        typed = str(self.cleaned_data.get("minutes") or "").strip()
+        if not typed:
+            self.add_error("minutes", "Enter the number of minutes, or choose “Until released”.")
+            return None
+        return typed
+
+    def reason_input(self) -> str:
+        return str(self.cleaned_data.get("reason") or "")

@@ -88,6 +88,9 @@ class CircuitEvent(models.Model):
     actor = models.CharField(max_length=150, blank=True, default="")
     reason = models.CharField(max_length=500, blank=True, default="")
     until = models.DateTimeField(null=True, blank=True)  # a hold's expiry (forced_open, drained)
+    # The engine's id of the event (BreakerEvent.event_id), so a re-sent or redelivered event is stored once,
+    # local ones included. Null for operator actions and for events shipped before ids existed.
+    event_id = models.CharField(max_length=32, null=True, blank=True, unique=True)
 
     class Meta:
         ordering = ["-at", "-id"]

@@ -4,6 +4,7 @@ import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.db.models import Q
 from django.utils.text import slugify
 
 from health.breaker import BreakerSettings, CircuitSnapshot, ConfigSet, State, get_engine
@@ -185,6 +186,13 @@ def circuit_controls() -> dict[tuple[str, str], Control]:
         )
         for c in CircuitControl.objects.all()
     }
+
+
+def circuit_holds_in_force(*, now: datetime) -> list[CircuitControl]:
+    """The operator holds in force at `now` (not past their expiry), by provider then model. One query."""
+    return list(
+        CircuitControl.objects.filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now)).order_by("provider", "model")
+    )
 
 
 def breaker_config_snapshot() -> ConfigSet:

@@ -1,19 +1,26 @@
-"""Writes of breaker configuration and circuit resets. One transaction each, audited inside it."""
+"""Writes of breaker configuration, circuit resets and operator holds (force open, drain, release).
+
+One transaction each, audited inside it; resets and holds also write their CircuitEvent in it.
+"""
 
 import re
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
+from django.utils import timezone
 
 from audit.services import audit_record, diff_fields
 from catalog.models import LlmModel, Provider
+from catalog.selectors import llm_model_list, provider_list
 from core.configbus import config_publish
-from core.errors import ServiceUnavailable, ValidationFailed
+from core.errors import ConflictError, NotFound, ServiceUnavailable, ValidationFailed
 from core.types import Actor
 from core.validation import FieldErrors
+from core.validators import has_control_characters
 from health.breaker import BreakerUnavailable, CircuitSnapshot, get_engine
-from health.models import BreakerConfig, BreakerOverride
+from health.models import BreakerConfig, BreakerOverride, CircuitControl, CircuitEvent
 from health.selectors import CONFIG_FIELDS, BreakerConfigValues, breaker_config_get, breaker_override_list
 
 LABELS = {
@@ -347,12 +354,285 @@ def circuit_reset(*, actor: Actor, provider: str, model: str) -> CircuitSnapshot
         after={"provider": provider, "model": model, "state": "closed"},
     )
     try:
-        engine.reset(provider, model)
+        result = engine.reset(provider, model)
     except BreakerUnavailable:
         raise _reset_unavailable() from None  # rolls the audit event back with the transaction
+    _event_record(
+        CircuitEvent(
+            provider=provider,
+            model=model,
+            kind=CircuitEvent.Kind.RESET,
+            at=timezone.now(),
+            generation=result.after.generation,
+            actor=_actor_name(actor),
+        )
+    )
     return before
 
 
 def _reset_unavailable() -> ServiceUnavailable:
     message = "Redis is unreachable: the circuit cannot be reset on every gateway now; try again when Redis is back."
     return ServiceUnavailable(message, errors={"__all__": [message]})
+
+
+def _actor_name(actor: Actor) -> str:
+    return actor.get_username() if actor is not None and actor.is_authenticated else "system"
+
+
+def _event_record(event: CircuitEvent) -> CircuitEvent:
+    """Insert an operator's CircuitEvent inside the caller's transaction.
+
+    A reset names the generation it produced; if that (provider, model, generation) is already stored (the
+    engine's generations restarted, e.g. a new embedded process or an emptied Redis), the reset is still
+    recorded, without its generation, rather than failing the operator's action.
+    """
+    try:
+        with transaction.atomic():
+            event.save(force_insert=True)
+    except IntegrityError:
+        if event.generation is None:
+            raise
+        event.pk = None
+        event.generation = None
+        event.save(force_insert=True)
+    return event
+
+
+REASON_MAX = 500
+HOLD_MINUTES_MAX = 10080  # 7 days
+
+
+def _hold_reason(errors: FieldErrors, value: Any) -> str:
+    reason = value.strip() if isinstance(value, str) else ""
+    if not reason:
+        errors.add("reason", "Reason is required: say why traffic is held off this target.")
+    elif len(reason) > REASON_MAX:
+        errors.add("reason", f"Reason is at most {REASON_MAX} characters (got {len(reason)}).")
+    elif has_control_characters(reason.replace("\n", " ").replace("\r", " ").replace("\t", " ")):
+        errors.add("reason", "Reason cannot contain control or invisible formatting characters.")
+    return reason
+
+
+def _hold_minutes(errors: FieldErrors, value: Any) -> int | None:
+    """None (until released) or a whole number of minutes, 1..7 days; an empty string reads as None."""
+    if is_blank(value):
+        return None
+    minutes = whole_number(value)
+    if minutes is None:
+        errors.add("minutes", f"Minutes must be a whole number (got {value!r}); leave it empty to hold until released.")
+    elif not 1 <= minutes <= HOLD_MINUTES_MAX:
+        errors.add("minutes", f"Minutes must be between 1 and {HOLD_MINUTES_MAX} (7 days).")
+        return None
+    return minutes
+
+
+def _hold_provider(errors: FieldErrors, value: Any) -> Provider | None:
+    name = value.strip() if isinstance(value, str) else ""
+    if not name:
+        errors.add("provider", "Provider is required.")
+        return None
+    provider = provider_list().filter(name=name).first()
+    if provider is None:
+        errors.add("provider", f"Unknown provider “{name}”.")
+    return provider
+
+
+def _hold_model(errors: FieldErrors, value: Any, provider: Provider | None) -> str:
+    """A catalog model served by `provider`: its default provider, or a circuit the breaker already tracks
+    (a chain entry can send a model through another provider)."""
+    name = value.strip() if isinstance(value, str) else ""
+    if not name:
+        errors.add("model", "Model is required.")
+        return name
+    model = llm_model_list().filter(name=name).first()
+    if model is None:
+        errors.add("model", f"Unknown model “{name}”.")
+    elif provider is not None and model.provider_id != provider.pk:
+        tracked = {(s.provider, s.model) for s in get_engine().list_circuits()}
+        if (provider.name, name) not in tracked:
+            errors.add("model", f"Model “{name}” is not served by provider “{provider.name}”.")
+    return name
+
+
+def _target(provider: str, model: str) -> str:
+    return f"{provider}/{model}" if model else provider
+
+
+def _control_record(row: CircuitControl) -> dict[str, Any]:
+    return {
+        "kind": row.kind,
+        "provider": row.provider,
+        "model": row.model,
+        "reason": row.reason,
+        "expires_at": row.expires_at.isoformat() if row.expires_at is not None else None,
+    }
+
+
+def _hold(
+    *, actor: Actor, kind: str, provider: str, model: str, reason: str, minutes: int | None, now: datetime
+) -> CircuitControl:
+    target = _target(provider, model)
+    row = CircuitControl(
+        provider=provider,
+        model=model,
+        kind=kind,
+        reason=reason,
+        expires_at=now + timedelta(minutes=minutes) if minutes is not None else None,
+        created_by=_actor_name(actor),
+    )
+    existing = CircuitControl.objects.filter(provider=provider, model=model).first()
+    conflict = ConflictError(
+        f"{target} is already {'drained' if model == '' else 'forced open'}; release it first to change the hold.",
+        errors={"__all__": [f"{target} already has a hold; release it first."]},
+    )
+    if existing is not None:
+        raise conflict
+    try:
+        with transaction.atomic():
+            row.save(force_insert=True)
+    except IntegrityError:  # a concurrent request set the same hold first
+        raise conflict from None
+    action = "circuit.force_open" if kind == CircuitControl.Kind.FORCED_OPEN else "provider.drain"
+    audit_record(
+        actor=actor,
+        action=action,
+        object_type="circuit_control",
+        object_id=target,
+        object_repr=f"{target} {row.get_kind_display().lower()}",
+        after=_control_record(row),
+    )
+    _event_record(
+        CircuitEvent(
+            provider=provider,
+            model=model,
+            kind=kind,
+            at=now,
+            actor=row.created_by,
+            reason=reason,
+            until=row.expires_at,
+        )
+    )
+    transaction.on_commit(config_publish)
+    return row
+
+
+@transaction.atomic
+def circuit_force_open(
+    *, actor: Actor, provider: str, model: str, reason: str, minutes: int | str | None
+) -> CircuitControl:
+    """Hold one circuit open (no traffic, no probe) until released or `minutes` from now; audited, recorded in
+    the circuit's history, and applied by every gateway process when the change is published (on commit)."""
+    errors = FieldErrors()
+    found = _hold_provider(errors, provider)
+    model_name = _hold_model(errors, model, found)
+    text = _hold_reason(errors, reason)
+    length = _hold_minutes(errors, minutes)
+    errors.raise_if_any()
+    assert found is not None
+    return _hold(
+        actor=actor,
+        kind=CircuitControl.Kind.FORCED_OPEN,
+        provider=found.name,
+        model=model_name,
+        reason=text,
+        minutes=length,
+        now=timezone.now(),
+    )
+
+
+@transaction.atomic
+def provider_drain(*, actor: Actor, provider: str, reason: str, minutes: int | str | None) -> CircuitControl:
+    """Hold every circuit of a provider open until released or `minutes` from now (as circuit_force_open)."""
+    errors = FieldErrors()
+    found = _hold_provider(errors, provider)
+    text = _hold_reason(errors, reason)
+    length = _hold_minutes(errors, minutes)
+    errors.raise_if_any()
+    assert found is not None
+    return _hold(
+        actor=actor,
+        kind=CircuitControl.Kind.DRAINED,
+        provider=found.name,
+        model="",
+        reason=text,
+        minutes=length,
+        now=timezone.now(),
+    )
+
+
+def _release(*, actor: Actor | None, row: CircuitControl, who: str, reason: str, now: datetime) -> bool:
+    """Delete one hold (if still there), audit it and record its release. False when another caller won."""
+    deleted, _ = CircuitControl.objects.filter(pk=row.pk).delete()
+    if deleted != 1:
+        return False
+    target = _target(row.provider, row.model)
+    audit_record(
+        actor=actor,
+        action="circuit.release",
+        object_type="circuit_control",
+        object_id=target,
+        object_repr=f"{target} released",
+        before=_control_record(row),
+        after={"reason": reason} if reason else None,
+    )
+    _event_record(
+        CircuitEvent(
+            provider=row.provider,
+            model=row.model,
+            kind=CircuitEvent.Kind.RELEASED,
+            at=now,
+            actor=who,
+            reason=reason,
+        )
+    )
+    return True
+
+
+@transaction.atomic
+def circuit_release(*, actor: Actor, provider: str, model: str = "") -> CircuitControl:
+    """Lift the hold on one circuit (`model`) or the drain of a provider (model ""); returns the hold lifted.
+
+    NotFound when there is no such hold. Traffic resumes through the circuit's own state (a tripped circuit
+    stays open until its cooldown and probe).
+    """
+    provider = provider.strip() if isinstance(provider, str) else ""
+    model = model.strip() if isinstance(model, str) else ""
+    errors = FieldErrors()
+    if not provider:
+        errors.add("provider", "Provider is required.")
+    errors.raise_if_any()
+    target = _target(provider, model)
+    row = CircuitControl.objects.select_for_update().filter(provider=provider, model=model).first()
+    missing = NotFound(
+        f"{target} is not {'drained' if not model else 'forced open'}: there is nothing to release.",
+        errors={"__all__": [f"{target} has no hold to release."]},
+    )
+    if row is None:
+        raise missing
+    if not _release(actor=actor, row=row, who=_actor_name(actor), reason="", now=timezone.now()):
+        raise missing
+    transaction.on_commit(config_publish)
+    return row
+
+
+EXPIRY_ACTOR = "expiry"
+EXPIRY_REASON = "hold expired"
+
+
+@transaction.atomic
+def circuit_controls_expire(*, now: datetime | None = None) -> int:
+    """Delete the holds past their expiry, each audited (by the system) and recorded as released by "expiry".
+
+    The engines stop honouring a hold at its expiry on their own; this tidies the table and the history.
+    Returns how many were removed (a concurrent run removes each once).
+    """
+    now = now or timezone.now()
+    expired = list(CircuitControl.objects.filter(expires_at__lte=now).order_by("expires_at", "id"))
+    released = 0
+    for row in expired:
+        at = row.expires_at or now
+        if _release(actor=None, row=row, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=at):
+            released += 1
+    if released:
+        transaction.on_commit(config_publish)
+    return released

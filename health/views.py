@@ -1,12 +1,15 @@
-"""Provider Health tab of the Fallback page: circuits, Reset, and the threshold editor.
+"""Provider Health tab of the Fallback page: circuits with their history and holds, Reset, the kill switch
+(force open, drain, release), a circuit's events, and the threshold editor.
 
 One URL, two renderings: the full page normally, a named partial for HTMX (branching on HX-Target).
 """
 
+import itertools
 import json
 import math
+from collections import defaultdict
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -16,15 +19,28 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
+from django_htmx.http import reswap, retarget
 
 from catalog.selectors import llm_model_list, provider_list
+from chains.selectors import ChainLink, chains_for_circuits
 from core.errors import ApplicationError, ValidationFailed
 from core.htmx import HtmxRequest, wants_partial
 from core.permissions import role_required
 from core.roles import Role
 from core.templatetags.console_tags import ago
 from health.breaker import State
-from health.forms import FIELD_HELP, FIELD_LABELS, BreakerConfigForm, BreakerOverrideForm, CircuitForm
+from health.forms import (
+    EXPIRY_PRESETS,
+    FIELD_HELP,
+    FIELD_LABELS,
+    BreakerConfigForm,
+    BreakerOverrideForm,
+    CircuitForm,
+    HoldForm,
+)
+from health.history import CLOSED, DRAINED, FORCED_OPEN, HALF_OPEN, OPEN, Segment, circuit_event_list, circuit_segments
+from health.models import CircuitControl, CircuitEvent
+from health.reasons import failure_reason
 from health.selectors import (
     CONFIG_FIELDS,
     BreakerConfigValues,
@@ -34,10 +50,21 @@ from health.selectors import (
     breaker_override_get,
     breaker_override_list,
     circuit_anchor,
+    circuit_get,
+    circuit_holds_in_force,
     circuit_list,
     circuits_local_only,
 )
-from health.services import breaker_config_update, breaker_override_delete, breaker_override_set, circuit_reset
+from health.services import (
+    breaker_config_update,
+    breaker_override_delete,
+    breaker_override_set,
+    circuit_force_open,
+    circuit_release,
+    circuit_reset,
+    provider_drain,
+)
+from health.stats import CircuitStats, circuit_stats
 
 # Seconds between refreshes of the circuit table (browser tests shorten it).
 POLL_SECONDS = 5
@@ -70,6 +97,54 @@ def _until(value: datetime, now: datetime) -> str:
 
 
 @dataclass(frozen=True)
+class HoldView:
+    """An operator's hold as a row shows it: the pill, the reason and the expiry in words."""
+
+    kind: str  # "forced_open" | "drained"
+    label: str  # "Forced open" | "Drained"
+    css: str  # pill modifier
+    provider: str
+    model: str  # "" for a drain
+    reason: str
+    expires_at: datetime | None
+    expiry_text: str  # "until released", "until 14:30 UTC · in 25 min"
+    title: str
+
+
+@dataclass(frozen=True)
+class StripPart:
+    css: str
+    x: str  # percent of the strip's width
+    width: str
+    title: str
+
+
+@dataclass(frozen=True)
+class StripTick:
+    x: str
+    label: str  # "" for a tick without a label
+    major: bool  # kept on a phone
+
+
+@dataclass(frozen=True)
+class StripView:
+    parts: list[StripPart]
+    ticks: list[StripTick]
+    label: str  # what the strip says, for screen readers
+    start_text: str
+    end_text: str
+
+
+@dataclass(frozen=True)
+class ChainView:
+    name: str
+    url: str
+    enabled: bool
+    role: str  # "source" | "step 2"
+    title: str
+
+
+@dataclass(frozen=True)
 class CircuitView:
     row: CircuitRow
     key: str
@@ -81,9 +156,30 @@ class CircuitView:
     last_failure_text: str  # "" when none
     last_failure_title: str
     last_failure_code: str
+    reason: str = ""  # why it is open or half-open, in words
+    hold: HoldView | None = None
+    tracked: bool = True  # False: a held circuit the engine has not seen traffic for
+    strip: StripView | None = None
+    errors_text: str = "—"
+    p50_text: str = ""
+    stats_title: str = "No upstream attempts in the last hour"
+    chains: tuple[ChainView, ...] = ()
+
+    @property
+    def show_state_pill(self) -> bool:
+        """A held circuit shows its breaker state only when that is more than Closed."""
+        return self.hold is None or self.row.state is not State.CLOSED
 
 
-def _circuit_view(row: CircuitRow, now: datetime) -> CircuitView:
+@dataclass(frozen=True)
+class ProviderGroup:
+    provider: str
+    key: str
+    drain: HoldView | None
+    circuits: list[CircuitView]
+
+
+def _circuit_view(row: CircuitRow, now: datetime, **extra: Any) -> CircuitView:
     cooldown_text = cooldown_title = ""
     if row.state is State.OPEN and row.cooldown_until is not None:
         cooldown_text = _until(row.cooldown_until, now)
@@ -94,6 +190,7 @@ def _circuit_view(row: CircuitRow, now: datetime) -> CircuitView:
     if row.last_failure_at is not None:
         last_text = ago(row.last_failure_at)
         last_title = _utc(row.last_failure_at)
+    reason = failure_reason(code) if row.state in (State.OPEN, State.HALF_OPEN) else ""
     return CircuitView(
         row=row,
         key=circuit_anchor(row.provider, row.model),
@@ -109,24 +206,197 @@ def _circuit_view(row: CircuitRow, now: datetime) -> CircuitView:
         last_failure_text=last_text,
         last_failure_title=last_title,
         last_failure_code=code_text,
+        reason=reason,
+        **extra,
     )
 
 
+# ---------- Words for times, holds, strips and figures ----------
+
+
+def _hm(value: datetime) -> str:
+    return value.astimezone(UTC).strftime("%H:%M")
+
+
+def _duration(seconds: float) -> str:
+    """ "40 s", "6 min", "1 h 2 min", "2 days 3 h"."""
+    seconds = max(0, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes = seconds // 60
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} days {hours} h" if hours else f"{days} days"
+
+
+HOLD_LABELS = {CircuitControl.Kind.FORCED_OPEN: "Forced open", CircuitControl.Kind.DRAINED: "Drained"}
+
+
+def _hold_view(control: CircuitControl, now: datetime) -> HoldView:
+    label = HOLD_LABELS.get(CircuitControl.Kind(control.kind), control.kind)
+    target = f"{control.provider} / {control.model}" if control.model else f"every circuit of {control.provider}"
+    if control.expires_at is None:
+        expiry_text, expiry_title = "until released", "no expiry: held until released"
+    else:
+        expiry_text = f"until {_hm(control.expires_at)} UTC · {_until(control.expires_at, now)}"
+        expiry_title = f"expires {_utc(control.expires_at)}"
+    title = (
+        f"{label}: {target}, by {control.created_by} at {_utc(control.created_at)}; {expiry_title}. "
+        f"Reason: {control.reason}"
+    )
+    return HoldView(
+        kind=control.kind,
+        label=label,
+        css="forced" if control.kind == CircuitControl.Kind.FORCED_OPEN else "drained",
+        provider=control.provider,
+        model=control.model,
+        reason=control.reason,
+        expires_at=control.expires_at,
+        expiry_text=expiry_text,
+        title=title,
+    )
+
+
+STRIP_HOURS = 24
+STRIP_WORDS = {CLOSED: "closed", OPEN: "open", HALF_OPEN: "half-open", FORCED_OPEN: "forced open", DRAINED: "drained"}
+# Which state a strip shows where several overlap: a forced hold, then a drain, then the breaker's own.
+STRIP_RANK = {CLOSED: 0, HALF_OPEN: 1, OPEN: 1, DRAINED: 2, FORCED_OPEN: 3}
+STRIP_MIN_WIDTH = 0.3  # percent: a one-minute open still shows
+
+
+def _pct(value: float) -> str:
+    return f"{value:.3f}%"
+
+
+def _strip(segments: list[Segment], since: datetime, until: datetime) -> StripView:
+    """The strip of one circuit from its non-closed segments (its own and its provider's drains)."""
+    total = (until - since).total_seconds()
+    bounds = sorted({since, until, *(s.start for s in segments), *(s.end for s in segments)})
+    merged: list[tuple[str, datetime, datetime]] = []
+    for a, b in itertools.pairwise(bounds):
+        if not since <= a < b <= until:
+            continue
+        covering = [s.state for s in segments if s.start <= a and b <= s.end]
+        state = max(covering, key=STRIP_RANK.__getitem__, default=CLOSED)
+        if merged and merged[-1][0] == state and merged[-1][2] == a:
+            merged[-1] = (state, merged[-1][1], b)
+        else:
+            merged.append((state, a, b))
+    parts: list[StripPart] = []
+    spent: dict[str, tuple[int, float]] = {}
+    for state, a, b in merged:
+        seconds = (b - a).total_seconds()
+        x = (a - since).total_seconds() / total * 100
+        width = seconds / total * 100
+        if state != CLOSED:
+            width = max(width, STRIP_MIN_WIDTH)
+            times, length = spent.get(state, (0, 0.0))
+            spent[state] = (times + 1, length + seconds)
+        word = STRIP_WORDS.get(state, state)
+        end = "now" if b >= until else _hm(b)
+        title = f"{word} {_hm(a)}–{end} UTC ({_duration(seconds)})"
+        parts.append(StripPart(css=state.replace("_", "-"), x=_pct(x), width=_pct(width), title=title))
+    ticks: list[StripTick] = []
+    hour = since.astimezone(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(hours=1)
+    while hour < until:
+        x = (hour - since).total_seconds() / total * 100
+        labelled = hour.hour % 3 == 0 and 3 <= x <= 97
+        ticks.append(StripTick(x=_pct(x), label=f"{hour:%H}:00" if labelled else "", major=hour.hour % 6 == 0))
+        hour += timedelta(hours=1)
+    if spent:
+        words = [
+            f"{STRIP_WORDS[s]} {n} time{'s' if n != 1 else ''} ({_duration(t)})"
+            for s, (n, t) in sorted(spent.items(), key=lambda item: -STRIP_RANK[item[0]])
+        ]
+        label = f"Last {STRIP_HOURS} hours: " + ", ".join(words)
+    else:
+        label = f"Last {STRIP_HOURS} hours: closed throughout"
+    return StripView(parts=parts, ticks=ticks, label=label, start_text=_hm(since), end_text="now")
+
+
+def _stats_words(stats: CircuitStats | None) -> dict[str, str]:
+    if stats is None or not stats.attempts:
+        return {}
+    share = stats.error_share or 0.0
+    percent = "0%" if share == 0 else "<1%" if share < 0.01 else f"{share * 100:.0f}%"
+    p50 = ""
+    if stats.p50_ms is not None:
+        p50 = f"p50 {stats.p50_ms:.0f} ms" if stats.p50_ms < 1000 else f"p50 {stats.p50_ms / 1000:.1f} s"
+    title = f"{stats.errors} of {stats.attempts} upstream attempts failed in the last hour"
+    if stats.p50_ms is not None:
+        title += f"; median attempt {stats.p50_ms:.0f} ms"
+    return {"errors_text": f"{percent} errors", "p50_text": p50, "stats_title": title}
+
+
+def _chain_views(links: list[ChainLink]) -> tuple[ChainView, ...]:
+    out = []
+    for link in links:
+        role = "source" if link.position is None else f"step {link.position}"
+        what = "Source model of" if link.position is None else f"Entry {link.position} of"
+        title = f"{what} chain {link.name}" + ("" if link.enabled else " (disabled)") + ": edit the chain"
+        url = reverse("chains:edit", args=[link.chain_id])
+        out.append(ChainView(name=link.name, url=url, enabled=link.enabled, role=role, title=title))
+    return tuple(out)
+
+
 def _table_context() -> dict[str, Any]:
-    """The circuit table; reads only the engine (no database query)."""
+    """The circuit table: the engine's circuits plus the held ones it has not tracked, grouped by provider,
+    with their holds, 24-hour strips, last-hour figures and chains. A fixed number of queries."""
     now = timezone.now()
-    circuits = [_circuit_view(row, now) for row in circuit_list()]
+    rows = circuit_list()
+    # Read after the listing, which may be what found Redis unreachable.
+    degraded = circuits_local_only()
+    holds = circuit_holds_in_force(now=now)
+    forced = {(h.provider, h.model): _hold_view(h, now) for h in holds if h.model}
+    drains = {h.provider: _hold_view(h, now) for h in holds if not h.model}
+    tracked = {(r.provider, r.model) for r in rows}
+    rows += [circuit_get(provider=p, model=m) for p, m in forced if (p, m) not in tracked]
+    rows.sort(key=lambda r: (r.provider, r.model))
+
+    since = now - timedelta(hours=STRIP_HOURS)
+    segments: dict[tuple[str, str], list[Segment]] = defaultdict(list)
+    for segment in circuit_segments(since=since, until=now):
+        segments[(segment.provider, segment.model)].append(segment)
+    stats = circuit_stats(now - timedelta(hours=1))
+    chains = chains_for_circuits(circuits=[(r.provider, r.model) for r in rows])
+
+    circuits = [
+        _circuit_view(
+            row,
+            now,
+            hold=forced.get((row.provider, row.model)) or drains.get(row.provider),
+            tracked=(row.provider, row.model) in tracked,
+            strip=_strip(segments[(row.provider, row.model)] + segments[(row.provider, "")], since, now),
+            chains=_chain_views(chains.get((row.provider, row.model), [])),
+            **_stats_words(stats.get((row.provider, row.model))),
+        )
+        for row in rows
+    ]
+    groups: list[ProviderGroup] = []
+    for provider in sorted({c.row.provider for c in circuits} | set(drains)):
+        members = [c for c in circuits if c.row.provider == provider]
+        groups.append(ProviderGroup(provider, provider_anchor(provider), drains.get(provider), members))
     return {
         "circuits": circuits,
-        # Read after the listing, which may be what found Redis unreachable.
-        "degraded": circuits_local_only(),
+        "groups": groups,
+        "degraded": degraded,
         "open_count": sum(1 for c in circuits if c.row.state is State.OPEN),
         "half_open_count": sum(1 for c in circuits if c.row.state is State.HALF_OPEN),
+        "held_count": sum(1 for c in circuits if c.hold is not None),
+        "drained_count": len(drains),
         "updated_at": now,
         "updated_title": _utc(now),
         "poll_seconds": POLL_SECONDS,
         "index_url": reverse("health:index"),
     }
+
+
+def provider_anchor(provider: str) -> str:
+    return circuit_anchor(provider, "")
 
 
 # ---------- Threshold editor ----------
@@ -309,3 +579,223 @@ def override_delete(request: HtmxRequest) -> HttpResponse:
     if not request.htmx:
         return redirect("health:configure")
     return _configure_response(request, _configure_context())
+
+
+# ---------- A circuit's events ----------
+
+EVENTS_LIMIT = 50
+EVENT_WORDS = {
+    CircuitEvent.Kind.OPENED: "Opened",
+    CircuitEvent.Kind.HALF_OPEN: "Half-open: probe granted",
+    CircuitEvent.Kind.CLOSED: "Closed: probe succeeded",
+    CircuitEvent.Kind.REOPENED: "Re-opened: probe failed",
+    CircuitEvent.Kind.RESET: "Reset",
+    CircuitEvent.Kind.FORCED_OPEN: "Forced open",
+    CircuitEvent.Kind.DRAINED: "Provider drained",
+    CircuitEvent.Kind.RELEASED: "Released",
+}
+EVENT_CSS = {
+    CircuitEvent.Kind.OPENED: "open",
+    CircuitEvent.Kind.REOPENED: "open",
+    CircuitEvent.Kind.HALF_OPEN: "half-open",
+    CircuitEvent.Kind.CLOSED: "closed",
+    CircuitEvent.Kind.RESET: "closed",
+    CircuitEvent.Kind.FORCED_OPEN: "held",
+    CircuitEvent.Kind.DRAINED: "held",
+    CircuitEvent.Kind.RELEASED: "released",
+}
+
+
+@dataclass(frozen=True)
+class EventView:
+    at: datetime
+    time_text: str
+    time_title: str
+    kind: str
+    css: str
+    details: list[str]  # figures, status, cooldown, actor, expiry, each already in words
+    reason: str  # an operator's reason, "" when none
+
+
+def _event_view(event: CircuitEvent, now: datetime) -> EventView:
+    kind = CircuitEvent.Kind(event.kind)
+    words = EVENT_WORDS.get(kind, event.kind)
+    if kind is CircuitEvent.Kind.RELEASED and not event.model:
+        words = "Drain released"
+    details: list[str] = []
+    if event.failures is not None and event.total is not None:
+        details.append(
+            f"{event.failures} failure{'s' if event.failures != 1 else ''} / "
+            f"{event.total} request{'s' if event.total != 1 else ''}"
+        )
+    if event.last_status:
+        details.append(failure_reason(event.last_status))
+    if event.cooldown_seconds is not None:
+        details.append(f"cooldown {_duration(event.cooldown_seconds)}")
+    if event.until is not None:
+        details.append(f"until {_utc(event.until)}")
+    elif kind in (CircuitEvent.Kind.FORCED_OPEN, CircuitEvent.Kind.DRAINED):
+        details.append("until released")
+    if event.actor:
+        details.append(f"by {event.actor}")
+    if event.local:
+        details.append("seen by one process only (Redis unreachable)")
+    same_day = event.at.astimezone(UTC).date() == now.astimezone(UTC).date()
+    time_text = event.at.astimezone(UTC).strftime("%H:%M:%S" if same_day else "%b %d %H:%M:%S") + " UTC"
+    return EventView(
+        at=event.at,
+        time_text=time_text,
+        time_title=f"{_utc(event.at)} ({ago(event.at)})",
+        kind=words,
+        css=EVENT_CSS.get(kind, "closed"),
+        details=details,
+        reason=event.reason,
+    )
+
+
+@require_GET
+@role_required(Role.ADMIN)
+@vary_on_headers("HX-Request")
+def events(request: HtmxRequest) -> HttpResponse:
+    """A circuit's last 50 events, newest first (with its provider's drains): the row's expander loads the
+    list; without JavaScript it is a page of its own."""
+    provider, model = CircuitForm(request.GET).target()
+    if not provider or not model:
+        raise Http404("Name a provider and a model.")
+    now = timezone.now()
+    context = {
+        "section": "fallback",
+        "provider": provider,
+        "model": model,
+        "key": circuit_anchor(provider, model),
+        "events": [_event_view(e, now) for e in circuit_event_list(provider=provider, model=model, limit=EVENTS_LIMIT)],
+        "limit": EVENTS_LIMIT,
+        "as_of": now,
+        "as_of_title": _utc(now),
+    }
+    template = "health/events.html"
+    if wants_partial(request):
+        template += "#event-list"
+    return render(request, template, context)
+
+
+# ---------- The kill switch: force open, drain, release ----------
+
+HOLD_DIALOG = "hold-dialog"
+
+
+def _hold_body(request: HtmxRequest, *, action: str, form: HoldForm, provider: str, model: str) -> HttpResponse:
+    """The kill-switch form for one target: the body of the dialog over HTMX, a page of its own without."""
+    target = f"{provider} / {model}" if model else provider
+    titles = {
+        "force-open": f"Force open {target}",
+        "drain": f"Drain {provider}",
+        "release": f"Release {target}" if model else f"Release the drain of {provider}",
+    }
+    buttons = {"force-open": f"Force open {target}", "drain": f"Drain {provider}", "release": f"Release {target}"}
+    context = {
+        "section": "fallback",
+        "action": action,
+        "action_url": reverse(f"health:{action}"),
+        "form": form,
+        "provider": provider,
+        "model": model,
+        "target": target,
+        "title": titles[action],
+        "button": buttons[action],
+        "presets": EXPIRY_PRESETS,
+        "expiry": form.expiry_choice(),
+        "summary": form.error_summary() if form.is_bound else [],
+    }
+    template = "health/hold.html"
+    if wants_partial(request):
+        template += "#hold-body"
+    return render(request, template, context)
+
+
+def _held(request: HtmxRequest, message: str) -> HttpResponse:
+    """After a hold changed: over HTMX the refreshed table (and the dialog closes), else back to the page."""
+    messages.success(request, message)
+    if not request.htmx:
+        return redirect("health:index")
+    response = render(request, "health/index.html#circuit-table", _table_context())
+    retarget(response, "#circuit-table")
+    reswap(response, "outerHTML")
+    # After the swap settles, so app.js has found the new opener to give the keyboard back to.
+    response["HX-Trigger-After-Settle"] = json.dumps({"closeDialog": HOLD_DIALOG})
+    return response
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+@vary_on_headers("HX-Request")
+def force_open(request: HtmxRequest) -> HttpResponse:
+    """GET: the form (dialog body, or a page without JavaScript). POST: hold the circuit open."""
+    if request.method == "GET":
+        provider, model = CircuitForm(request.GET).target()
+        if not provider or not model:
+            raise Http404("Name a provider and a model.")
+        form = HoldForm(initial={"provider": provider, "model": model})
+        return _hold_body(request, action="force-open", form=form, provider=provider, model=model)
+    form = HoldForm(request.POST)
+    form.is_valid()
+    provider, model = form.target()
+    minutes = form.minutes_input()
+    if minutes is not None:
+        try:
+            circuit_force_open(
+                actor=request.user, provider=provider, model=model, reason=form.reason_input(), minutes=minutes
+            )
+        except ApplicationError as exc:
+            form.add_service_errors(exc)
+        else:
+            return _held(request, f"{provider} / {model} forced open: its traffic goes to its fallback chains.")
+    return _hold_body(request, action="force-open", form=form, provider=provider, model=model)
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+@vary_on_headers("HX-Request")
+def drain(request: HtmxRequest) -> HttpResponse:
+    """GET: the form. POST: hold every circuit of the provider open."""
+    if request.method == "GET":
+        provider, _ = CircuitForm(request.GET).target()
+        if not provider:
+            raise Http404("Name a provider.")
+        form = HoldForm(initial={"provider": provider})
+        return _hold_body(request, action="drain", form=form, provider=provider, model="")
+    form = HoldForm(request.POST)
+    form.is_valid()
+    provider, _ = form.target()
+    minutes = form.minutes_input()
+    if minutes is not None:
+        try:
+            provider_drain(actor=request.user, provider=provider, reason=form.reason_input(), minutes=minutes)
+        except ApplicationError as exc:
+            form.add_service_errors(exc)
+        else:
+            return _held(request, f"{provider} drained: traffic to every model it serves goes to fallback chains.")
+    return _hold_body(request, action="drain", form=form, provider=provider, model="")
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+@vary_on_headers("HX-Request")
+def release(request: HtmxRequest) -> HttpResponse:
+    """GET: the confirm step. POST: lift the hold on a circuit (`model`) or a provider's drain (no model)."""
+    if request.method == "GET":
+        provider, model = CircuitForm(request.GET).target()
+        if not provider:
+            raise Http404("Name a provider.")
+        form = HoldForm(initial={"provider": provider, "model": model})
+        return _hold_body(request, action="release", form=form, provider=provider, model=model)
+    form = HoldForm(request.POST)
+    form.is_valid()
+    provider, model = form.target()
+    try:
+        circuit_release(actor=request.user, provider=provider, model=model)
+    except ApplicationError as exc:
+        form.add_service_errors(exc)
+        return _hold_body(request, action="release", form=form, provider=provider, model=model)
+    target = f"{provider} / {model}" if model else f"the drain of {provider}"
+    return _held(request, f"Released {target}: traffic goes back through its breaker.")

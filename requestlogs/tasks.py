@@ -6,7 +6,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from requestlogs.ingest import request_logs_ingest
-from requestlogs.models import RequestLog
+from requestlogs.models import AttemptMinute, RequestHour, RequestLog, RequestMinute, RequestQuarter
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,17 @@ def ingest_task() -> int:
 
 @shared_task(name="requestlogs.retention", ignore_result=True)
 def retention_task() -> int:
-    """Delete request logs older than REQUEST_LOG_RETENTION_DAYS."""
-    cutoff = timezone.now() - timedelta(days=settings.REQUEST_LOG_RETENTION_DAYS)
+    """Delete request logs older than REQUEST_LOG_RETENTION_DAYS and aggregates past their own retention.
+
+    The aggregates outlive the rows they count when their retention is longer (the hourly ones by default):
+    the Dashboard reads only them.
+    """
+    now = timezone.now()
+    cutoff = now - timedelta(days=settings.REQUEST_LOG_RETENTION_DAYS)
     deleted, _ = RequestLog.objects.filter(created_at__lt=cutoff).delete()
+    minutes = now - timedelta(days=settings.REQUEST_AGGREGATE_MINUTE_DAYS)
+    RequestMinute.objects.filter(start__lt=minutes).delete()
+    RequestQuarter.objects.filter(start__lt=minutes).delete()
+    AttemptMinute.objects.filter(start__lt=minutes).delete()
+    RequestHour.objects.filter(start__lt=now - timedelta(days=settings.REQUEST_AGGREGATE_HOUR_DAYS)).delete()
     return deleted

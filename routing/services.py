@@ -16,8 +16,7 @@ from core.configbus import config_publish
 from core.db import save_unique
 from core.errors import ValidationFailed
 from core.types import Actor
-from core.validation import FieldErrors
-from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
+from core.validation import FieldErrors, clean_name
 from routing.models import Alias, Guardrail, GuardrailAction, RoutingRule
 
 RULE_NAME_MAX = 200
@@ -60,13 +59,7 @@ def _model_named(errors: FieldErrors, field_name: str, value: str | None, *, lab
 def _routing_rule_validate(data: RoutingRuleInput, *, exclude_pk: int | None) -> dict[str, Any]:
     """Check every rule and collect all field errors before raising."""
     errors = FieldErrors()
-    name = (data.name or "").strip()
-    if not name:
-        errors.add("name", "Rule name is required and cannot be only whitespace.")
-    elif has_control_characters(name):
-        errors.add("name", CONTROL_CHARACTERS_MESSAGE)
-    elif len(name) > RULE_NAME_MAX:
-        errors.add("name", f"Rule name is at most {RULE_NAME_MAX} characters.")
+    name = clean_name(errors, data.name, max_length=RULE_NAME_MAX, label="Rule name")
     source = _model_named(errors, "source_model", data.source_model, label="Source model")
     target = _model_named(errors, "target_model", data.target_model, label="Target model")
     if source is not None and target is not None and source.pk == target.pk:
@@ -273,13 +266,7 @@ def _model_or_none(name: str) -> LlmModel | None:
 def _guardrail_validate(data: GuardrailInput) -> dict[str, Any]:
     """Check every rule and collect all field errors before raising."""
     errors = FieldErrors()
-    name = (data.name or "").strip()
-    if not name:
-        errors.add("name", "Guardrail name is required and cannot be only whitespace.")
-    elif has_control_characters(name):
-        errors.add("name", CONTROL_CHARACTERS_MESSAGE)
-    elif len(name) > GUARDRAIL_NAME_MAX:
-        errors.add("name", f"Guardrail name is at most {GUARDRAIL_NAME_MAX} characters.")
+    name = clean_name(errors, data.name, max_length=GUARDRAIL_NAME_MAX, label="Guardrail name")
     if data.action not in GuardrailAction.values:
         errors.add("action", f"Action must be one of: {', '.join(GuardrailAction.values)}.")
     model = named(errors, "model", data.model, label="model", lookup=_model_or_none)

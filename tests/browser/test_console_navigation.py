@@ -23,6 +23,8 @@ def test_search_sort_and_tabs_live_in_the_url(page: Page, live_server, admin_use
     for name in ("bravo payments", "alpha payments", "charlie search"):
         ChainFactory(name=name)
     login(page, live_server.url, admin_user.username)
+    # Admins land on the Dashboard; the Fallback link opens the chains list.
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Fallback").click()
     names = page.locator("#chain-table tbody tr td:first-child a")
     expect(names).to_have_text(["charlie search", "alpha payments", "bravo payments"])
 

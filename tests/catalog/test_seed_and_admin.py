@@ -43,6 +43,7 @@ def test_seed_demo_loads_once_and_prints_admin_password(capsys, settings, tmp_pa
         "alias.create",
         "chain.create",
         "chain.create",
+        *["alert_rule.create"] * 3,
         "api_key.create",
     ]
     call_command("verify_audit")

@@ -24,9 +24,14 @@ API_PATHS = {
     "/api/audit/",
 }
 REQUEST_LOG_PATHS = {"/api/request-logs/", "/api/request-logs/{request_id}/"}
+ALERT_PATHS = {"/api/alerts/rules/", "/api/alerts/rules/{rule_id}/", "/api/alerts/", "/api/alerts/{alert_id}/"}
 HEALTH_PATHS = {
     "/api/circuits/",
     "/api/circuits/reset/",
+    "/api/circuits/force-open/",
+    "/api/circuits/drain/",
+    "/api/circuits/release/",
+    "/api/circuits/{provider}/{model}/events/",
     "/api/breaker-config/",
     "/api/breaker-config/overrides/{provider}/{model}/",
 }
@@ -72,7 +77,7 @@ def test_whole_api_schema_generates_without_warnings_or_errors():
 
     validate_schema(schema)
     assert (dict(GENERATOR_STATS._warn_cache), dict(GENERATOR_STATS._error_cache)) == ({}, {})
-    assert set(schema["paths"]) == API_PATHS | HEALTH_PATHS | REQUEST_LOG_PATHS
+    assert set(schema["paths"]) == API_PATHS | HEALTH_PATHS | REQUEST_LOG_PATHS | ALERT_PATHS
 
 
 def test_schema_documents_the_health_api(admin_client):
@@ -86,6 +91,10 @@ def test_schema_documents_the_health_api(admin_client):
     assert operations == {
         ("/api/circuits/", "get"): "circuit_list",
         ("/api/circuits/reset/", "post"): "circuit_reset",
+        ("/api/circuits/force-open/", "post"): "circuit_force_open",
+        ("/api/circuits/drain/", "post"): "provider_drain",
+        ("/api/circuits/release/", "post"): "circuit_release",
+        ("/api/circuits/{provider}/{model}/events/", "get"): "circuit_event_list",
         ("/api/breaker-config/", "get"): "breaker_config_detail",
         ("/api/breaker-config/", "put"): "breaker_config_update",
         ("/api/breaker-config/overrides/{provider}/{model}/", "get"): "breaker_override_detail",

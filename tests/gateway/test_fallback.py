@@ -5,7 +5,8 @@ import pytest
 
 from chains.models import FallbackChain
 from chains.services import chain_set_enabled
-from health.breaker.types import Outcome, State
+from health.breaker.types import ConfigSet, Control, ControlKind, Outcome, State
+from tests.gateway.conftest import TEST_BREAKER
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -160,3 +161,55 @@ def test_unreachable_upstream_is_502(gateway, world):
 
     assert response.status_code == 502
     assert response.json()["error"]["code"] == "connection_error"
+
+
+def hold(gateway, *controls) -> None:
+    """Operator holds, as the health app's configuration would deliver them to the engine."""
+    gateway.app.engine.configure(
+        ConfigSet(
+            default=TEST_BREAKER,
+            controls={
+                (provider, model): Control(
+                    kind=ControlKind.DRAINED if not model else ControlKind.FORCED_OPEN,
+                    provider=provider,
+                    model=model,
+                    reason="maintenance",
+                )
+                for provider, model in controls
+            },
+        )
+    )
+
+
+def test_forced_open_primary_is_served_by_its_chain_and_never_called(gateway, world):
+    hold(gateway, ("openai", "gpt-4o"))
+
+    responses = [post(gateway, world) for _ in range(3)]
+
+    assert [r.status_code for r in responses] == [200, 200, 200]
+    assert {vidai(r)["x-vidai-model"] for r in responses} == {"claude"}
+    assert world.sim.requests.get("openai", 0) == 0
+
+
+def test_held_primary_without_an_available_entry_is_refused_not_tried(gateway, world):
+    # The primary forced open and both chain entries' provider drained: no optimistic attempt on a hold.
+    hold(gateway, ("openai", "gpt-4o"), ("backup", ""), ("third", ""))
+
+    response = post(gateway, world)
+
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "circuit_held"
+    assert "held open by an operator" in response.json()["error"]["message"]
+    assert world.sim.requests == {}
+
+
+def test_drained_provider_gets_no_traffic_even_without_a_chain(gateway, world):
+    chain_set_enabled(actor=None, chain_id=FallbackChain.objects.get().pk, enabled=False)
+    gateway.app.config.reload()
+    hold(gateway, ("openai", ""))
+
+    response = post(gateway, world)
+
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "circuit_held"
+    assert world.sim.requests.get("openai", 0) == 0

@@ -28,6 +28,7 @@ def test_circuit_list_api_returns_every_field(admin_client, engine):
             "consecutive_opens": 1,
             "last_failure_at": "2023-11-14T22:13:20Z",
             "last_failure_status": 503,
+            "control": None,
             "degraded": False,
         }
     ]

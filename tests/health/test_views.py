@@ -3,18 +3,23 @@
 import html
 import json
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from audit.models import AuditEvent
+from catalog.models import LlmModel
 from health import views as health_views
 from health.breaker import BreakerSettings, ConfigSet, ManualClock, MemoryEngine, Outcome, State, use_engine
-from health.models import BreakerConfig, BreakerOverride
+from health.models import BreakerConfig, BreakerOverride, CircuitControl, CircuitEvent
 from health.selectors import breaker_config_get, circuit_anchor
+from health.services import circuit_force_open, provider_drain
+from tests.factories import ChainFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -122,11 +127,12 @@ def test_index_full_page_shows_every_column_of_an_open_circuit(admin_client, fro
     assert cells(row_html(response)) == {
         "Provider": "openai",
         "Model": "gpt-4o",
-        "State": "Open",
+        "State": "Open server errors · 503",
         "Failures": "10 / 10 in window",
         "Cooldown": "in 60 s",
         "Last failure": "just now · 503",
         "Opens": "1",
+        "Last hour": "—",
     }
     row = row_html(response)
     assert '<span class="pill pill-open">Open</span>' in row
@@ -148,6 +154,7 @@ def test_index_closed_circuit_has_no_cooldown_and_green_pill(admin_client, froze
         "Cooldown": "—",
         "Last failure": "just now · timeout",
         "Opens": "0",
+        "Last hour": "—",
     }
     assert '<span class="pill pill-closed">Closed</span>' in row
 
@@ -195,7 +202,7 @@ def test_index_poll_returns_only_the_table(admin_client, frozen_engine):
     assert response.status_code == 200
     assert text.lstrip().startswith('<div id="circuit-table" hx-get="/fallback/health/" hx-trigger="every 5s"')
     assert "<html" not in text and "<dialog" not in text and 'id="fallback-page"' not in text
-    assert cells(row_html(response))["State"] == "Open"
+    assert cells(row_html(response))["State"] == "Open server errors · 503"
     assert response["Vary"] == "HX-Request, HX-Target, Cookie"
 
 
@@ -306,13 +313,16 @@ def test_query_count_does_not_grow_with_circuits(
     BreakerOverride.objects.create(provider="openai", model="gpt-4o", failure_threshold=3)
     admin_client.get(INDEX_URL)  # warm the session
 
-    # session, user, roles; the table reads only the engine
-    with django_assert_num_queries(3):
+    # session, user, roles; holds, events (state at the start of the strips, then during them), last-hour
+    # figures, chains (sources, entries)
+    with django_assert_num_queries(9):
         poll = admin_client.get(INDEX_URL, headers={**HX, "HX-Target": "circuit-table"})
-    # + config, config and overrides (override list), providers, models
-    with django_assert_num_queries(8):
+    # + config, config and overrides (override list), providers, models; not counting the alerts banner that
+    # every console page may show
+    with CaptureQueriesContext(connection) as full_queries:
         full = admin_client.get(INDEX_URL)
 
+    assert len([q for q in full_queries.captured_queries if '"alerts_' not in q["sql"]]) == 14
     assert len(re.findall(r'<tr id="circuit-row-', poll.content.decode())) == circuits
     assert len(re.findall(r'<tr id="circuit-row-', full.content.decode())) == circuits
 
@@ -725,3 +735,532 @@ def test_override_form_for_a_new_pair_says_add(admin_client, frozen_engine, heal
 
     assert "<h4>Add an override</h4>" in response.content.decode()
     assert "Edit the override" not in response.content.decode()
+
+
+# ---------- Reasons, strips, figures, chains, events (issue 12) ----------
+
+EVENTS_URL = "/fallback/health/events/"
+FORCE_URL = "/fallback/health/force-open/"
+DRAIN_URL = "/fallback/health/drain/"
+RELEASE_URL = "/fallback/health/release/"
+NOW = datetime.fromtimestamp(T0, UTC)
+
+
+def detail_html(response, provider: str = "openai", model: str = "gpt-4o") -> str:
+    key = circuit_anchor(provider, model)
+    match = re.search(
+        rf'<tr class="ph-detail" id="circuit-detail-{re.escape(key)}".*?</tr>', response.content.decode(), re.S
+    )
+    assert match, f"no detail row for {provider}/{model}"
+    return match.group(0)
+
+
+def text_of(fragment: str) -> str:
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", fragment))).strip()
+
+
+def minutes_ago(minutes: float) -> datetime:
+    return NOW - timedelta(minutes=minutes)
+
+
+def hold_data(**overrides) -> dict[str, str]:
+    data = {
+        "hold-provider": "openai",
+        "hold-model": "gpt-4o",
+        "hold-reason": "vendor incident INC-7",
+        "hold-expiry": "30",
+    }
+    data.update(overrides)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("outcome", "state", "reason"),
+    [
+        (Outcome.of_status(429), "Open", "rate limited · 429"),
+        (Outcome.of_status(502), "Open", "server errors · 502"),
+        (Outcome.timeout(), "Open", "timing out"),
+        (Outcome.connection_error(), "Open", "connection refused"),
+    ],
+)
+def test_open_circuit_says_why_in_words(admin_client, frozen_engine, outcome, state, reason):
+    record(frozen_engine, "openai", "gpt-4o", [outcome] * 10)
+
+    row = row_html(admin_client.get(INDEX_URL))
+
+    assert cells(row)["State"] == f"{state} {reason}"
+    assert '<span class="ph-reason"' in row and f">{html.escape(reason)}</span>" in row
+
+
+def test_half_open_circuit_keeps_the_reason_and_a_closed_one_has_none(admin_client, frozen_engine, frozen):
+    record(frozen_engine, "openai", "gpt-4o", [Outcome.timeout()] * 10)
+    record(frozen_engine, "anthropic", "claude-haiku", [Outcome.of_status(200)] * 9 + [Outcome.of_status(503)])
+    frozen.advance(61)
+
+    response = admin_client.get(INDEX_URL)
+
+    assert cells(row_html(response))["State"] == "HalfOpen timing out"
+    assert cells(row_html(response, "anthropic", "claude-haiku"))["State"] == "Closed"
+
+
+def test_strip_shows_the_open_period_with_its_times(admin_client, frozen_engine):
+    record(frozen_engine, "openai", "gpt-4o", [Outcome.of_status(200)])
+    CircuitEvent.objects.create(
+        provider="openai", model="gpt-4o", kind="opened", at=minutes_ago(130), failures=5, total=10, last_status="503"
+    )
+    CircuitEvent.objects.create(provider="openai", model="gpt-4o", kind="half_open", at=minutes_ago(124))
+    CircuitEvent.objects.create(provider="openai", model="gpt-4o", kind="closed", at=minutes_ago(123.5))
+
+    detail = detail_html(admin_client.get(INDEX_URL))
+
+    rects = re.findall(
+        r'<rect class="ph-seg ph-seg-([a-z-]+)" x="([\d.]+)%" y="2" width="([\d.]+)%"[^>]*><title>(.*?)</title>', detail
+    )
+    assert [(css, title) for css, _, _, title in rects] == [
+        ("closed", "closed 22:13–20:03 UTC (21 h 50 min)"),
+        ("open", "open 20:03–20:09 UTC (6 min)"),
+        ("half-open", "half-open 20:09–20:09 UTC (30 s)"),
+        ("closed", "closed 20:09–now UTC (2 h 3 min)"),
+    ]
+    x_open, width_open = float(rects[1][1]), float(rects[1][2])
+    assert round(x_open, 2) == round((24 * 60 - 130) / (24 * 60) * 100, 2)
+    assert round(width_open, 3) == round(6 / (24 * 60) * 100, 3)
+    assert 'aria-label="Last 24 hours: open 1 time (6 min), half-open 1 time (30 s)"' in detail
+    # Hour ticks, labelled every three hours: 00:00 ... 21:00 (the strip runs 22:13 → 22:13).
+    labels = re.findall(r'<text class="ph-tick-label[^"]*"[^>]*>(\d\d:00)</text>', detail)
+    assert labels == ["00:00", "03:00", "06:00", "09:00", "12:00", "15:00", "18:00", "21:00"]
+    assert len(re.findall(r'<line class="ph-tick', detail)) == 24
+
+
+def test_strip_of_a_circuit_without_history_is_closed_throughout(admin_client, frozen_engine):
+    record(frozen_engine, "openai", "gpt-4o", [Outcome.of_status(200)])
+
+    detail = detail_html(admin_client.get(INDEX_URL))
+
+    assert re.findall(r"<title>(.*?)</title>", detail) == ["closed 22:13–now UTC (24 h)"]
+    assert 'aria-label="Last 24 hours: closed throughout"' in detail
+
+
+def test_last_hour_figures_come_from_the_request_log_aggregates(admin_client, frozen_engine):
+    from requestlogs.models import AttemptMinute
+
+    record(frozen_engine, "openai", "gpt-4o", [Outcome.of_status(200)])
+    record(frozen_engine, "anthropic", "claude-haiku", [Outcome.of_status(200)])
+    for minute in (5, 20):
+        AttemptMinute.objects.create(
+            start=minutes_ago(minute).replace(second=0),
+            provider="openai",
+            model="gpt-4o",
+            attempts=20,
+            errors=3,
+            duration_sum_ms=20 * 400,
+            dur_08=20,
+        )
+    AttemptMinute.objects.create(  # older than an hour: not counted
+        start=minutes_ago(90).replace(second=0), provider="openai", model="gpt-4o", attempts=50, errors=50
+    )
+
+    response = admin_client.get(INDEX_URL)
+
+    last_hour = cells(row_html(response))["Last hour"]
+    assert re.fullmatch(r"15% errors p50 \d+ ms", last_hour), last_hour
+    assert 'title="6 of 40 upstream attempts failed in the last hour; median attempt' in row_html(response)
+    assert cells(row_html(response, "anthropic", "claude-haiku"))["Last hour"] == "—"
+
+
+def test_row_lists_the_chains_that_use_the_circuit_with_links(admin_client, frozen_engine, health_catalog):
+    gpt, haiku = LlmModel.objects.get(name="gpt-4o"), LlmModel.objects.get(name="claude-haiku")
+    own = ChainFactory(name="gpt default", source_model=gpt, entries=[haiku])
+    backup = ChainFactory(name="haiku backup", source_model=haiku, entries=[gpt], enabled=False)
+    ChainFactory(name="unrelated", source_model=haiku, entries=[haiku], scope_type="team", scope_id=1)
+    record(frozen_engine, "openai", "gpt-4o", [Outcome.of_status(200)])
+    record(frozen_engine, "anthropic", "claude-haiku", [Outcome.of_status(200)])
+
+    response = admin_client.get(INDEX_URL)
+
+    links = re.findall(
+        r'<li><a href="([^"]+)"[^>]*>([^<]+)</a> <span class="muted">([^<]+)</span></li>', detail_html(response)
+    )
+    assert links == [
+        (f"/fallback/chains/{own.pk}/edit/", "gpt default", "source"),
+        (f"/fallback/chains/{backup.pk}/edit/", "haiku backup", "step 1 · disabled"),
+    ]
+    haiku_links = re.findall(
+        r'<li><a href="[^"]+"[^>]*>([^<]+)</a>', detail_html(response, "anthropic", "claude-haiku")
+    )
+    assert haiku_links == ["gpt default", "haiku backup", "unrelated", "unrelated"]
+
+
+def test_events_expander_loads_the_last_50_newest_first(admin_client, frozen_engine):
+    record(frozen_engine, "openai", "gpt-4o", [Outcome.of_status(200)])
+    for i in range(55):
+        CircuitEvent.objects.create(
+            provider="openai",
+            model="gpt-4o",
+            kind="opened" if i % 2 == 0 else "closed",
+            at=minutes_ago(100 - i),
+            failures=5 if i % 2 == 0 else None,
+            total=10 if i % 2 == 0 else None,
+            last_status="429" if i % 2 == 0 else "",
+            cooldown_seconds=60 if i % 2 == 0 else None,
+        )
+    CircuitEvent.objects.create(
+        provider="openai", model="", kind="drained", at=minutes_ago(1), actor="alice", reason="vendor incident"
+    )
+    CircuitEvent.objects.create(provider="openai", model="gpt-4o-mini", kind="opened", at=minutes_ago(0.5))
+
+    row = detail_html(admin_client.get(INDEX_URL))
+    url = re.search(r'<details class="ph-events" id="events-[^"]+" hx-preserve\s+hx-get="([^"]+)"', row).group(1)
+    response = admin_client.get(html.unescape(url), headers=HX)
+
+    text = response.content.decode()
+    assert html.unescape(url) == f"{EVENTS_URL}?provider=openai&model=gpt-4o"
+    assert text.lstrip().startswith('<div class="ph-event-box"')
+    items = [text_of(li) for li in re.findall(r'<li class="ph-event">(.*?)</li>', text, re.S)]
+    assert len(items) == 50
+    assert items[0] == "22:12:20 UTC Provider drained until released · by alice “vendor incident”".replace(
+        "“", ""
+    ).replace("”", "")
+    assert items[1] == "21:27:20 UTC Opened 5 failures / 10 requests · rate limited · 429 · cooldown 1 min"
+    assert items[2] == "21:26:20 UTC Closed: probe succeeded"
+    times = re.findall(r'<time datetime="([^"]+)"', text)[:50]
+    assert times == sorted(times, reverse=True)
+
+
+def test_events_page_without_javascript_and_for_no_events(admin_client, frozen_engine):
+    response = admin_client.get(EVENTS_URL, {"provider": "openai", "model": "gpt-4o"})
+
+    assert is_full_page(response)
+    assert "<h1>Events of openai / gpt-4o</h1>" in response.content.decode()
+    assert "No events yet" in response.content.decode()
+    assert admin_client.get(EVENTS_URL, {"provider": "openai"}).status_code == 404
+
+
+def test_engine_transitions_show_in_the_events_once_flushed(admin_client, frozen_engine):
+    from health.events import circuit_events_flush_local
+
+    open_circuit(frozen_engine)
+    circuit_events_flush_local(frozen_engine)
+
+    response = admin_client.get(EVENTS_URL, {"provider": "openai", "model": "gpt-4o"}, headers=HX)
+
+    items = [text_of(li) for li in re.findall(r'<li class="ph-event">(.*?)</li>', response.content.decode(), re.S)]
+    assert items == ["22:13:20 UTC Opened 10 failures / 10 requests · server errors · 503 · cooldown 1 min"]
+
+
+# ---------- Holds on the rows ----------
+
+
+def test_forced_circuit_shows_a_held_pill_with_reason_and_expiry(
+    admin_client, frozen_engine, health_catalog, admin_user
+):
+    open_circuit(frozen_engine)
+    circuit_force_open(actor=admin_user, provider="openai", model="gpt-4o", reason="vendor incident INC-7", minutes=30)
+
+    row = row_html(admin_client.get(INDEX_URL))
+
+    assert 'data-held="forced"' in row
+    assert (
+        cells(row)["State"]
+        == "Forced open Open server errors · 503 vendor incident INC-7 · until 22:43 UTC · in 30 min"
+    )
+    pill = re.search(r'<span class="pill ph-pill-held ph-pill-forced" title="([^"]+)">Forced open</span>', row)
+    assert html.unescape(pill.group(1)) == (
+        "Forced open: openai / gpt-4o, by alice at 2023-11-14 22:13:20 UTC; expires 2023-11-14 22:43:20 UTC. "
+        "Reason: vendor incident INC-7"
+    )
+    assert 'aria-label="Release openai / gpt-4o"' in row
+    assert 'aria-label="Force open openai / gpt-4o"' not in row
+
+
+def test_held_circuit_the_engine_never_tracked_gets_a_row(admin_client, frozen_engine, health_catalog, admin_user):
+    circuit_force_open(actor=admin_user, provider="anthropic", model="claude-haiku", reason="quota", minutes=None)
+
+    response = admin_client.get(INDEX_URL)
+
+    row = row_html(response, "anthropic", "claude-haiku")
+    assert cells(row)["State"] == "Forced open quota · until released"
+    assert 'id="reset-open-' not in row  # nothing to reset on an untracked circuit
+    assert "1 held" in response.content.decode()
+
+
+def test_drain_shows_on_every_row_of_the_provider_and_its_header(
+    admin_client, frozen_engine, health_catalog, admin_user
+):
+    record(frozen_engine, "openai", "gpt-4o", [Outcome.of_status(200)])
+    record(frozen_engine, "openai", "gpt-4o-mini", [Outcome.of_status(200)])
+    record(frozen_engine, "anthropic", "claude-haiku", [Outcome.of_status(200)])
+    provider_drain(actor=admin_user, provider="openai", reason="keys suspended", minutes=None)
+
+    response = admin_client.get(INDEX_URL)
+
+    for model in ("gpt-4o", "gpt-4o-mini"):
+        assert cells(row_html(response, "openai", model))["State"] == "Drained keys suspended · until released"
+    assert cells(row_html(response, "anthropic", "claude-haiku"))["State"] == "Closed"
+    headers = re.findall(r'<tr class="ph-provider-row".*?</tr>', response.content.decode(), re.S)
+    openai_header = next(h for h in headers if ">openai<" in h)
+    anthropic_header = next(h for h in headers if ">anthropic<" in h)
+    assert "Drained" in openai_header and 'aria-label="Release the drain of openai"' in openai_header
+    assert "Drained" not in anthropic_header and 'aria-label="Drain provider anthropic"' in anthropic_header
+
+
+def test_drained_provider_without_tracked_circuits_still_shows(admin_client, frozen_engine, health_catalog, admin_user):
+    provider_drain(actor=admin_user, provider="anthropic", reason="keys suspended", minutes=15)
+
+    text = admin_client.get(INDEX_URL).content.decode()
+
+    assert "No circuit of anthropic is tracked yet" in text
+    assert "keys suspended · until 22:28 UTC · in 15 min" in text_of(text)
+
+
+def test_expired_hold_is_not_shown(admin_client, frozen_engine, health_catalog, admin_user, frozen):
+    record(frozen_engine, "openai", "gpt-4o", [Outcome.of_status(200)])
+    circuit_force_open(actor=admin_user, provider="openai", model="gpt-4o", reason="short", minutes=1)
+    frozen.advance(61)
+
+    row = row_html(admin_client.get(INDEX_URL))
+
+    assert "data-held" not in row and cells(row)["State"] == "Closed"
+
+
+# ---------- The kill-switch dialogs ----------
+
+
+def test_force_open_dialog_body_names_the_target(admin_client, frozen_engine):
+    response = admin_client.get(
+        FORCE_URL, {"provider": "openai", "model": "gpt-4o"}, headers={**HX, "HX-Target": "hold-body"}
+    )
+
+    text = response.content.decode()
+    assert text.lstrip().startswith('<div id="hold-body"')
+    assert '<h2 id="hold-title">Force open openai / gpt-4o?</h2>' in text
+    assert '<button type="submit" class="btn-danger-solid">Force open openai / gpt-4o</button>' in text
+    assert 'name="hold-expiry" value="60" checked' in text
+    assert "<html" not in text
+
+
+def test_force_open_page_without_javascript(admin_client, frozen_engine):
+    response = admin_client.get(FORCE_URL, {"provider": "openai", "model": "gpt-4o"})
+
+    assert is_full_page(response)
+    assert '<form id="hold-form" method="post" action="/fallback/health/force-open/"' in response.content.decode()
+
+
+def test_row_links_open_the_hold_dialog(admin_client, frozen_engine):
+    record(frozen_engine, "openai", "gpt-4o", [Outcome.of_status(200)])
+
+    text = admin_client.get(INDEX_URL).content.decode()
+
+    row = row_html_text = row_html(admin_client.get(INDEX_URL))
+    assert 'href="/fallback/health/force-open/?provider=openai&amp;model=gpt-4o"' in row_html_text
+    assert 'hx-target="#hold-body"' in row and 'data-dialog-open="hold-dialog"' in row
+    assert 'aria-label="Drain provider openai"' in text
+    assert '<dialog id="hold-dialog"' in text
+    assert text.index('<dialog id="hold-dialog"') > text.index("</table>")
+
+
+def test_force_open_over_htmx_creates_the_hold_and_refreshes_the_table(
+    admin_client, frozen_engine, health_catalog, django_capture_on_commit_callbacks
+):
+    open_circuit(frozen_engine)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        response = admin_client.post(FORCE_URL, hold_data(), headers=HX)
+
+    control = CircuitControl.objects.get()
+    assert (control.provider, control.model, control.kind, control.reason) == (
+        "openai",
+        "gpt-4o",
+        "forced_open",
+        "vendor incident INC-7",
+    )
+    assert control.expires_at == NOW + timedelta(minutes=30)
+    assert response["HX-Retarget"] == "#circuit-table" and response["HX-Reswap"] == "outerHTML"
+    assert json.loads(response["HX-Trigger-After-Settle"]) == {"closeDialog": "hold-dialog"}
+    assert response.content.decode().lstrip().startswith('<div id="circuit-table"')
+    assert cells(row_html(response))["State"].startswith("Forced open")
+    assert triggers(response)["messages"][0]["message"] == (
+        "openai / gpt-4o forced open: its traffic goes to its fallback chains."
+    )
+    assert AuditEvent.objects.filter(action__contains="force").count() == 1
+    assert frozen_engine.config.control_for("openai", "gpt-4o", T0) is not None
+
+
+@pytest.mark.parametrize(
+    ("expiry", "minutes", "expected"),
+    [("15", "", 15), ("", "", None), ("other", "90", 90)],
+)
+def test_force_open_expiry_presets(admin_client, frozen_engine, health_catalog, expiry, minutes, expected):
+    admin_client.post(FORCE_URL, hold_data(**{"hold-expiry": expiry, "hold-minutes": minutes}), headers=HX)
+
+    control = CircuitControl.objects.get()
+    assert control.expires_at == (None if expected is None else NOW + timedelta(minutes=expected))
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "message"),
+    [
+        ({"hold-reason": "  "}, "reason", "Reason is required: say why traffic is held off this target."),
+        (
+            {"hold-expiry": "other", "hold-minutes": "ten"},
+            "minutes",
+            "Minutes must be a whole number (got 'ten'); leave it empty to hold until released.",
+        ),
+        (
+            {"hold-expiry": "other", "hold-minutes": ""},
+            "minutes",
+            "Enter the number of minutes, or choose “Until released”.",
+        ),
+    ],
+)
+def test_force_open_errors_stay_in_the_dialog_with_the_input(
+    admin_client, frozen_engine, health_catalog, data, field, message
+):
+    response = admin_client.post(FORCE_URL, hold_data(**data), headers=HX)
+
+    text = response.content.decode()
+    assert text.lstrip().startswith('<div id="hold-body"')
+    assert field_errors(response, f"id_hold-{field}") == [message]
+    assert message in summary(response)
+    assert "HX-Retarget" not in response and "HX-Trigger-After-Settle" not in response
+    typed = hold_data(**data)["hold-reason"]
+    assert f">{html.escape(typed)}</textarea>" in text
+    if data.get("hold-minutes"):
+        assert f'name="hold-minutes" value="{data["hold-minutes"]}"' in text
+    assert 'name="hold-expiry" value="{}" checked'.format(data.get("hold-expiry", "30")) in text
+    assert CircuitControl.objects.count() == 0
+
+
+def test_force_open_unknown_model_is_refused(admin_client, frozen_engine, health_catalog):
+    response = admin_client.post(FORCE_URL, hold_data(**{"hold-model": "nope"}), headers=HX)
+
+    assert "Unknown model “nope”." in summary(response)
+    assert CircuitControl.objects.count() == 0
+
+
+def test_force_open_without_htmx_redirects_with_a_message(admin_client, frozen_engine, health_catalog):
+    response = admin_client.post(FORCE_URL, hold_data())
+
+    assert response.status_code == 302 and response.url == INDEX_URL
+    assert CircuitControl.objects.count() == 1
+
+
+def test_drain_dialog_and_post(admin_client, frozen_engine, health_catalog):
+    body = admin_client.get(DRAIN_URL, {"provider": "openai"}, headers=HX).content.decode()
+    error = admin_client.post(DRAIN_URL, hold_data(**{"hold-model": None, "hold-reason": ""}), headers=HX)
+    done = admin_client.post(DRAIN_URL, hold_data(**{"hold-model": None, "hold-expiry": ""}), headers=HX)
+
+    assert '<h2 id="hold-title">Drain openai?</h2>' in body
+    assert '<button type="submit" class="btn-danger-solid">Drain openai</button>' in body
+    assert field_errors(error, "id_hold-reason") == ["Reason is required: say why traffic is held off this target."]
+    control = CircuitControl.objects.get()
+    assert (control.provider, control.model, control.kind, control.expires_at) == ("openai", "", "drained", None)
+    assert done["HX-Retarget"] == "#circuit-table"
+
+
+def test_release_confirm_and_post(admin_client, frozen_engine, health_catalog, admin_user):
+    open_circuit(frozen_engine)
+    circuit_force_open(actor=admin_user, provider="openai", model="gpt-4o", reason="incident", minutes=None)
+
+    body = admin_client.get(RELEASE_URL, {"provider": "openai", "model": "gpt-4o"}, headers=HX).content.decode()
+    response = admin_client.post(RELEASE_URL, {"hold-provider": "openai", "hold-model": "gpt-4o"}, headers=HX)
+    again = admin_client.post(RELEASE_URL, {"hold-provider": "openai", "hold-model": "gpt-4o"}, headers=HX)
+
+    assert '<h2 id="hold-title">Release openai / gpt-4o?</h2>' in body
+    assert '<button type="submit" class="btn-primary">Release openai / gpt-4o</button>' in body
+    assert CircuitControl.objects.count() == 0
+    assert response["HX-Retarget"] == "#circuit-table"
+    assert cells(row_html(response))["State"] == "Open server errors · 503"
+    assert summary(again) == ["openai/gpt-4o has no hold to release."]
+
+
+def test_release_of_a_drain(admin_client, frozen_engine, health_catalog, admin_user):
+    provider_drain(actor=admin_user, provider="openai", reason="incident", minutes=None)
+
+    body = admin_client.get(RELEASE_URL, {"provider": "openai"}, headers=HX).content.decode()
+    plain = admin_client.post(RELEASE_URL, {"hold-provider": "openai", "hold-model": ""})
+
+    assert '<h2 id="hold-title">Release the drain of openai?</h2>' in body
+    assert plain.status_code == 302 and CircuitControl.objects.count() == 0
+
+
+def test_hold_views_escape_names_and_reasons(admin_client, frozen_engine, health_catalog, admin_user):
+    circuit_force_open(actor=admin_user, provider="openai", model="gpt-4o", reason="<script>x</script>", minutes=None)
+
+    text = admin_client.get(INDEX_URL).content.decode()
+    body = admin_client.get(FORCE_URL, {"provider": "<b>p</b>", "model": "m"}, headers=HX).content.decode()
+
+    assert "<script>x</script>" not in text and "&lt;script&gt;x&lt;/script&gt;" in text
+    assert "<b>p</b>" not in body and "&lt;b&gt;p&lt;/b&gt;" in body
+
+
+def _new_requests() -> list[tuple[str, str, dict]]:
+    pair = {"provider": "openai", "model": "gpt-4o"}
+    return [
+        ("get", EVENTS_URL, pair),
+        ("get", FORCE_URL, pair),
+        ("post", FORCE_URL, hold_data()),
+        ("get", DRAIN_URL, {"provider": "openai"}),
+        ("post", DRAIN_URL, hold_data(**{"hold-model": None})),
+        ("get", RELEASE_URL, pair),
+        ("post", RELEASE_URL, {"hold-provider": "anthropic", "hold-model": "claude-haiku"}),
+    ]
+
+
+@pytest.mark.parametrize("index", range(len(_new_requests())))
+@pytest.mark.parametrize("role", ["bi_read_only", "user"])
+def test_new_views_refuse_other_roles(bi_client, user_client, frozen_engine, health_catalog, admin_user, index, role):
+    circuit_force_open(actor=admin_user, provider="anthropic", model="claude-haiku", reason="held", minutes=None)
+    client = bi_client if role == "bi_read_only" else user_client
+    method, url, data = _new_requests()[index]
+
+    plain = getattr(client, method)(url, data)
+    htmx = getattr(client, method)(url, data, headers=HX)
+
+    assert (plain.status_code, htmx.status_code) == (403, 403)
+    assert list(CircuitControl.objects.values_list("provider", "model")) == [("anthropic", "claude-haiku")]
+
+
+@pytest.mark.parametrize("index", range(len(_new_requests())))
+def test_new_views_admin_gets_them(admin_client, frozen_engine, health_catalog, admin_user, index):
+    circuit_force_open(actor=admin_user, provider="anthropic", model="claude-haiku", reason="held", minutes=None)
+    method, url, data = _new_requests()[index]
+
+    response = getattr(admin_client, method)(url, data, headers=HX)
+
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("url", "data"),
+    [
+        (FORCE_URL, hold_data()),
+        (DRAIN_URL, hold_data(**{"hold-model": None})),
+        (RELEASE_URL, {"hold-provider": "openai"}),
+    ],
+)
+def test_hold_posts_without_csrf_token_are_refused(admin_user, frozen_engine, health_catalog, url, data):
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(admin_user)
+
+    response = client.post(url, data, headers=HX)
+
+    assert response.status_code == 403
+    assert CircuitControl.objects.count() == 0
+
+
+@pytest.mark.parametrize("circuits", [1, 3])
+def test_query_count_with_holds_and_history_does_not_grow(
+    admin_client, frozen_engine, health_catalog, admin_user, django_assert_num_queries, circuits
+):
+    for i in range(circuits):
+        open_circuit(frozen_engine, "openai", f"model-{i}")
+        CircuitEvent.objects.create(provider="openai", model=f"model-{i}", kind="opened", at=minutes_ago(10))
+    provider_drain(actor=admin_user, provider="anthropic", reason="held", minutes=None)
+    circuit_force_open(actor=admin_user, provider="openai", model="gpt-4o", reason="held", minutes=None)
+    admin_client.get(INDEX_URL)
+
+    with django_assert_num_queries(9):
+        poll = admin_client.get(INDEX_URL, headers={**HX, "HX-Target": "circuit-table"})
+
+    assert len(re.findall(r'<tr id="circuit-row-', poll.content.decode())) == circuits + 1

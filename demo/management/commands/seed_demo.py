@@ -16,6 +16,8 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from alerts.selectors import alert_rule_list
+from alerts.services import RuleInput, alert_rule_create
 from catalog.enums import ScopeType
 from catalog.keys import key_hash
 from catalog.models import ApiKey
@@ -61,10 +63,22 @@ class Command(BaseCommand):
         password = self._admin()
         with transaction.atomic():
             created = self._catalog()
+            self._alert_rules()
         key = self._demo_key()
         self.stdout.write(self.style.SUCCESS("Demo data " + ("loaded." if created else "already present.")))
         self.stdout.write(f"Console: sign in as  admin / {password}")
         self.stdout.write(f"Gateway demo key: {key}")
+
+    def _alert_rules(self) -> None:
+        """The three default alert rules (docs/alerts.md), once each, with no webhook."""
+        existing = set(alert_rule_list().values_list("name", flat=True))
+        for data in (
+            RuleInput(name="Circuit open over 5 min", kind="circuit_open", minutes=5),
+            RuleInput(name="Degraded: over 20% fallback", kind="degraded"),
+            RuleInput(name="Chain exhausted", kind="exhausted"),
+        ):
+            if data.name not in existing:
+                alert_rule_create(actor=None, data=data)
 
     def _admin(self) -> str:
         """Create the admin once; keep its password in var/ so every `make run` can print it."""

@@ -1,5 +1,8 @@
 import os
+import shutil
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -32,6 +35,8 @@ class Command(BaseCommand):
         env = {
             **os.environ,
             "CONTROLPLANE_PROCESS": "gateway",
+            # Every worker keeps its metrics in files here, so /metrics answered by any of them sums them all.
+            "PROMETHEUS_MULTIPROC_DIR": metrics_dir(),
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "controlplane.settings"),
         }
         argv = [
@@ -60,3 +65,28 @@ class Command(BaseCommand):
         ]
         sys.stdout.flush()
         os.execve(sys.executable, argv, env)  # noqa: S606 - fixed argv, our own interpreter
+
+
+def metrics_dir() -> str:
+    """A fresh prometheus_client multiprocess directory for this start, named after this process (uvicorn keeps
+    its pid: the command execs it). Directories of earlier starts whose process is gone are removed."""
+    parent = Path(settings.VAR_DIR) / "gateway-metrics"
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        for old in parent.glob("run-*"):
+            pid = old.name.split("-")[1]
+            if pid.isdigit() and not _alive(int(pid)):
+                shutil.rmtree(old, ignore_errors=True)
+        return tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=parent)
+    except OSError:
+        return tempfile.mkdtemp(prefix="controlplane-gateway-metrics-")  # VAR_DIR not writable
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process
+    return True

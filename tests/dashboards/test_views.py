@@ -1,0 +1,189 @@
+"""The Dashboard: who may see it, each range with traffic (a fallback period visible) and without, links."""
+
+import re
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.test import Client
+
+from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
+from health.models import CircuitEvent
+from requestlogs.services import request_logs_insert
+from tests.factories.requestlogs import fallback, log_record
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def engine():
+    engine = MemoryEngine(clock=ManualClock(time.time()))
+    with use_engine(engine):
+        yield engine
+
+
+@pytest.fixture
+def outage():
+    """Traffic over the last 50 minutes: gpt-4o served by its primary, then by chain step 1 during an outage
+    20 to 10 minutes ago, then by the primary again; a few 5xx and a rejected 401."""
+    now = time.time()
+    records = []
+    for minute in range(50, 0, -1):
+        at = now - minute * 60
+        during = 10 < minute <= 20
+        for i in range(4):
+            records.append(log_record(at=at + i, **(fallback() if during else {})))
+        if minute % 10 == 0:
+            records.append(log_record(at=at, status=503, latency_ms=30000.0))
+    records.append(log_record(at=now - 90, status=401, served_provider="", served_model="", attempts=[]))
+    request_logs_insert(records=records)
+    opened = datetime.fromtimestamp(now - 20 * 60, tz=UTC)
+    CircuitEvent.objects.create(provider="openai", model="gpt-4o", kind="opened", at=opened, failures=10, total=10)
+    CircuitEvent.objects.create(provider="openai", model="gpt-4o", kind="closed", at=opened + timedelta(minutes=10))
+    return records
+
+
+COUNTER = r'<span class="dash-counter-value">{value}</span>\s*<span class="dash-counter-label">{label}'
+
+
+def html_of(client: Client, url: str = "/") -> str:
+    response = client.get(url)
+    assert response.status_code == 200
+    return response.content.decode()
+
+
+def test_admin_and_bi_see_the_dashboard_others_go_elsewhere(admin_client, bi_client, user_client, anon_client):
+    assert "<h1>Dashboard</h1>" in html_of(admin_client)
+    assert "<h1>Dashboard</h1>" in html_of(bi_client)
+    assert user_client.get("/").url == "/logs/"
+    assert anon_client.get("/").url == "/login/?next=/"
+
+
+def test_an_account_without_a_role_gets_the_start_page(django_user_model):
+    client = Client()
+    client.force_login(django_user_model.objects.create_user(username="norole", password="x"))
+
+    html = html_of(client)
+
+    assert "Ask an admin" in html
+    assert "<h1>Dashboard</h1>" not in html
+
+
+def test_nav_shows_the_dashboard_only_to_admin_and_bi(admin_client, bi_client, user_client):
+    link = '<a href="/" aria-current="page">Dashboard</a>'
+
+    assert link in html_of(admin_client)
+    assert link in html_of(bi_client)
+    assert ">Dashboard</a>" not in html_of(user_client, "/logs/")
+
+
+def test_dashboard_refuses_unsafe_methods(admin_client):
+    assert admin_client.post("/").status_code == 405
+
+
+@pytest.mark.parametrize("range_key", ["1h", "24h", "7d"])
+def test_each_range_renders_the_fallback_period(admin_client, engine, outage, range_key):
+    html = html_of(admin_client, f"/?range={range_key}")
+
+    assert re.search(rf'<a href="\?range={range_key}"[^>]*aria-current="page"', html)
+    assert len(re.findall(r'aria-current="page">Last', html)) == 1
+    for panel in ("dash-requests", "dash-fallback", "dash-circuits", "dash-latency", "dash-errors"):
+        assert f'id="{panel}"' in html
+    # The outage's chain-step-1 requests are drawn in the tier chart, with the legend naming them.
+    requests_panel = html.split('id="dash-requests"')[1].split("</section>")[0]
+    assert 'class="dash-bar dash-c-step1"' in requests_panel
+    assert 'class="dash-bar dash-c-primary"' in requests_panel
+    assert "Chain step 1</li>" in requests_panel
+    assert "dash-c-failed" in requests_panel
+    # The circuit's open period is a lane with its times in words.
+    circuits = html.split('id="dash-circuits"')[1].split("</section>")[0]
+    assert ">openai / gpt-4o</text>" in circuits
+    assert re.search(r"<title>openai / gpt-4o: Open \d\d:\d\d–\d\d:\d\d UTC</title>", circuits)
+    assert "gpt-4o · 19.5% over the range" in html  # 40 of its 205 requests (the rejected 401 left out)
+    assert 'style="' not in html.split("<main")[1]
+
+
+def test_series_counts_match_the_traffic(admin_client, engine, outage):
+    html = html_of(admin_client, "/?range=1h")
+
+    # 50 minutes x 4 requests, 5 failures and one rejected request.
+    assert re.search(COUNTER.format(value=206, label="requests in the last 1 hour"), html)
+    assert re.search(COUNTER.format(value=40, label="fallbacks in the last hour"), html)
+
+
+def test_charts_link_to_the_request_logs_behind_them(admin_client, engine, outage):
+    html = html_of(admin_client, "/?range=24h")
+
+    fallback_panel = html.split('id="dash-fallback"')[1].split("</section>")[0]
+    assert 'href="/logs/?range=24h&amp;fallback=yes"' in fallback_panel
+    bucket_link = r'<a href="/logs/\?range=custom&amp;from=[0-9T:-]+&amp;to=[0-9T:-]+&amp;fallback=yes">'
+    assert re.search(bucket_link, fallback_panel)
+    assert 'href="/logs/?range=24h&amp;status=5xx"' in html
+    assert 'href="/fallback/health/"' in html.split('id="dash-circuits"')[1]
+
+
+def test_bucket_links_open_request_logs_with_those_rows(admin_client, engine, outage):
+    html = html_of(admin_client, "/?range=1h")
+    panel = html.split('id="dash-requests"')[1].split("</section>")[0]
+    links = re.findall(r'<a href="(/logs/\?range=custom[^"]+)"><rect class="dash-hit"', panel)
+    link = links[-15].replace("&amp;", "&")  # 15 minutes ago: the outage, served by chain step 1
+
+    logs = admin_client.get(link).content.decode()
+
+    assert len(links) == 60
+    assert logs.count('title="claude via backup"') == 4
+
+
+def test_empty_dashboard_says_what_to_do(admin_client, engine):
+    html = html_of(admin_client, "/?range=1h")
+
+    assert "No traffic in the last 1 hour yet" in html
+    assert 'id="dash-requests"' not in html
+    assert "No circuit opened in the last 1 hour." in html
+    assert '<span class="dash-counter-value">0</span>' in html
+
+
+def test_unknown_range_falls_back_to_24_hours_and_says_so(admin_client, engine):
+    html = html_of(admin_client, "/?range=2y")
+
+    assert "Unknown range “2y”: showing the last 24 hours." in html
+    assert re.search(r'<a href="\?range=24h"[^>]*aria-current="page"', html)
+
+
+def test_circuits_open_now_counts_the_engine_circuits(admin_client, engine):
+    for _ in range(10):
+        engine.record(engine.allow("openai", "gpt-4o"), Outcome.of_status(503))
+
+    html = html_of(admin_client)
+
+    counter = r'dash-counter-bad">\s*<a href="/fallback/health/">' + COUNTER.format(value=1, label="circuit")
+    assert re.search(counter, html)
+    assert "circuit open now" in html
+
+
+def test_htmx_refresh_returns_the_body_only(admin_client, engine, outage):
+    response = admin_client.get("/?range=1h", headers={"HX-Request": "true", "HX-Target": "dashboard-body"})
+    full = admin_client.get("/?range=1h")
+
+    html = response.content.decode()
+    assert html.lstrip().startswith('<div id="dashboard-body"')
+    assert 'hx-get="/?range=1h"' in html
+    assert re.search(r'<a href="\?range=1h"[^>]*aria-current="page">Last hour</a>', html)  # the tabs follow
+    assert "<html" not in html
+    assert "<html" in full.content.decode()
+    assert response["Vary"] and "HX-Request" in response["Vary"]
+
+
+@pytest.mark.parametrize("range_key", ["1h", "24h", "7d"])
+def test_page_reads_a_bounded_number_of_queries(admin_client, engine, outage, django_assert_max_num_queries, range_key):
+    with django_assert_max_num_queries(12):
+        admin_client.get(f"/?range={range_key}")
+
+
+def test_model_names_are_escaped(admin_client, engine):
+    request_logs_insert(records=[log_record(requested_model="<b>x</b>", routed_model="<b>x</b>", **fallback())])
+
+    html = html_of(admin_client, "/?range=1h")
+
+    assert "<b>x</b>" not in html
+    assert "&lt;b&gt;x&lt;/b&gt;" in html
