@@ -13,25 +13,48 @@ from the control endpoint, or else from the name itself:
     badusage              answers 200 with a malformed `usage` object (strings, negatives, a list)
     flaky-<pct>           <pct>% of calls answer 500, deterministically spread
 
-Control endpoint (JSON): GET /_sim/state; PUT /_sim/providers/<name> with any of
-{"mode", "status", "latency_ms", "chunks", "chunk_delay_ms", "fail_after_chunks",
-"fail_rate"}; DELETE /_sim/providers/<name>; POST /_sim/reset (behaviours and counters).
+Control endpoint (JSON): GET /_sim/state; PUT /_sim/providers/<name> with any field of
+`Behaviour`; DELETE /_sim/providers/<name>; POST /_sim/reset (behaviours and counters).
+More modes (reset, stall, malformed, context_length, content_filter), the fault window
+(`fail_first`, `down_until`), `retry_after`, `first_token_ms`, `error_code` and
+`reject_prefill` are described in docs/resilience.md ("Simulator faults"). Every call's
+arrival time (monotonic) is kept per provider in `Simulator.arrivals`.
 """
 
 import asyncio
 import json
 import logging
+import socket
+import struct
 import threading
 import time
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
+from itertools import pairwise
 from typing import Any
 
 Scope = dict[str, Any]
 Receive = Any
 Send = Any
 
-MODES = ("ok", "status", "hang", "close", "midstream", "flaky", "nodone", "badusage")
+MODES = (
+    "ok",
+    "status",
+    "hang",
+    "close",
+    "midstream",
+    "flaky",
+    "nodone",
+    "badusage",
+    "reset",
+    "stall",
+    "malformed",
+    "context_length",
+    "content_filter",
+)
+# Behaviour fields given as strings (the others are numbers, and `reject_prefill` a boolean).
+_STR_FIELDS = ("mode", "retry_after", "error_code")
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
 
@@ -57,6 +80,17 @@ class Behaviour:
     chunk_delay_ms: float = 0.0
     fail_after_chunks: int = 2
     fail_rate: float = 0.0
+    # Sent as `Retry-After` on error responses when not empty: seconds ("2") or an HTTP date.
+    retry_after: str = ""
+    # Replaces the `code` of the error body when not empty (e.g. "content_policy_violation").
+    error_code: str = ""
+    # Streams: delay between the response headers and the first chunk; otherwise before the body.
+    first_token_ms: float = 0.0
+    # The fault window: the first N calls only (0: no limit) and / or until this epoch time (0: no limit).
+    fail_first: int = 0
+    down_until: float = 0.0
+    # A model without assistant prefill: a request whose last message is the assistant's is a 400.
+    reject_prefill: bool = False
 
     @classmethod
     def from_name(cls, name: str) -> "Behaviour":
@@ -83,21 +117,47 @@ class Behaviour:
             raise ValueError(f"unknown fields: {', '.join(sorted(unknown))}")
         if "mode" in data and data["mode"] not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}")
-        clean: dict[str, Any] = {
-            k: (v if k == "mode" else (int(v) if known[k] in (int, "int") else float(v))) for k, v in data.items()
-        }
-        return replace(self, **clean)
+        return replace(self, **{k: _clean(k, known[k], v) for k, v in data.items()})
+
+    def healed(self) -> "Behaviour":
+        """What the provider does outside its fault window: a healthy answer at its usual pace."""
+        return replace(self, mode="ok", first_token_ms=0.0, retry_after="", error_code="")
+
+
+def _clean(name: str, kind: Any, value: Any) -> Any:
+    if kind in (bool, "bool"):
+        if not isinstance(value, bool):
+            raise ValueError(f"{name} must be true or false")
+        return value
+    if name in _STR_FIELDS:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"{name} must be a string")
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        return str(value)
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be a number")
+    return int(value) if kind in (int, "int") else float(value)
 
 
 class Simulator:
     """The ASGI app. One instance holds the behaviours and the per-provider request counters."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, *, clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
+        # `clock` decides `down_until` (epoch seconds); `monotonic` stamps arrivals. Tests may inject both.
+        self.clock = clock
+        self.monotonic = monotonic
         self.behaviours: dict[str, Behaviour] = {}
         self.requests: Counter[str] = Counter()
+        # Arrival time (monotonic seconds) of every chat call, per provider, in order.
+        self.arrivals: defaultdict[str, list[float]] = defaultdict(list)
+        # Calls made under the behaviour now set (by identity), for `fail_first`.
+        self._window: dict[str, tuple[Behaviour, int]] = {}
         # Streams that ran to their end (lets tests see a chunk arrive before the upstream finished).
         self.completed_streams: Counter[str] = Counter()
-        # Calls whose client (the gateway) went away while the simulator held them (mode "hang").
+        # Calls whose client (the gateway) went away while the simulator held them (modes "hang", "stall").
         self.abandoned: Counter[str] = Counter()
         # Tests may hold a provider's stream after its first chunk until they set the event.
         self.gates: dict[str, threading.Event] = {}
@@ -107,6 +167,22 @@ class Simulator:
 
     def behaviour(self, name: str) -> Behaviour:
         return self.behaviours.get(name) or Behaviour.from_name(name)
+
+    def gaps(self, name: str) -> list[float]:
+        """Seconds between consecutive calls to `name`."""
+        times = self.arrivals.get(name, [])
+        return [b - a for a, b in pairwise(times)]
+
+    def _effective(self, name: str) -> Behaviour:
+        """The behaviour for this call: the one set, or its healed form outside the fault window."""
+        b = self.behaviour(name)
+        if not b.fail_first and not b.down_until:
+            return b
+        seen = self._window.get(name)
+        calls = (seen[1] if seen is not None and seen[0] is b else 0) + 1
+        self._window[name] = (b, calls)
+        within = (not b.fail_first or calls <= b.fail_first) and (not b.down_until or self.clock() < b.down_until)
+        return b if within else b.healed()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -136,6 +212,7 @@ class Simulator:
         await _json(send, 404, _error(f"No route for {method} {path}", "invalid_request_error"))
 
     async def _chat(self, name: str, receive: Receive, send: Send) -> None:
+        self.arrivals[name].append(self.monotonic())
         body = await _read_body(receive)
         self.requests[name] += 1
         self.last_bodies[name] = body
@@ -144,15 +221,35 @@ class Simulator:
         except json.JSONDecodeError:
             await _json(send, 400, _error("Invalid JSON body", "invalid_request_error"))
             return
-        b = self.behaviour(name)
+        b = self._effective(name)
         if b.latency_ms:
             await asyncio.sleep(b.latency_ms / 1000)
+        if b.mode == "reset":
+            await _reset(send, receive)
+            return
         if b.mode == "hang":
             if await _wait_disconnect(receive, limit=600):
                 self.abandoned[name] += 1
             return
+        messages = request.get("messages")
+        if b.reject_prefill and isinstance(messages, list) and messages and _role(messages[-1]) == "assistant":
+            await _json(send, 400, _error(_PREFILL, "invalid_request_error", b.error_code or "prefill_unsupported"))
+            return
         if b.mode == "status" or (b.mode == "flaky" and self._flaky_fails(name, b.fail_rate)):
-            await _json(send, b.status, _error(f"Simulated {b.status} from {name}", "server_error"))
+            payload = _error(f"Simulated {b.status} from {name}", "server_error", b.error_code or None)
+            await _json(send, b.status, payload, retry_after=b.retry_after)
+            return
+        if b.mode == "context_length":
+            payload = _error(
+                _context_message(_count_tokens(messages)), "invalid_request_error", "context_length_exceeded"
+            )
+            payload["error"]["param"] = "messages"
+            await _json(send, 400, payload)
+            return
+        if b.mode == "content_filter":
+            payload = _error(_FILTERED, "invalid_request_error", b.error_code or "content_filter")
+            payload["error"]["param"] = "prompt"
+            await _json(send, 400, payload)
             return
         if b.mode == "close":
             await send({"type": "http.response.start", "status": 200, "headers": [*_JSON, (b"content-length", b"512")]})
@@ -161,10 +258,14 @@ class Simulator:
         model = str(request.get("model", "unknown"))
         prompt_tokens = _count_tokens(request.get("messages"))
         if request.get("stream"):
-            await self._stream(name, model, prompt_tokens, b, request, send)
+            await self._stream(name, model, prompt_tokens, b, request, receive, send)
             return
         text = f"Simulated reply from {name} for {model}."
         completion_tokens = len(text.split())
+        if b.mode == "stall":
+            await send({"type": "http.response.start", "status": 200, "headers": [*_JSON, (b"content-length", b"512")]})
+            await self._hold(name, receive)
+            return
         await _json(
             send,
             200,
@@ -182,17 +283,37 @@ class Simulator:
                     "total_tokens": prompt_tokens + completion_tokens,
                 },
             },
+            first_byte_ms=b.first_token_ms,
         )
 
+    async def _hold(self, name: str, receive: Receive) -> None:
+        """Keep the socket open, sending nothing, until the client goes away."""
+        if await _wait_disconnect(receive, limit=600):
+            self.abandoned[name] += 1
+
     async def _stream(
-        self, name: str, model: str, prompt_tokens: int, b: Behaviour, request: dict[str, Any], send: Send
+        self,
+        name: str,
+        model: str,
+        prompt_tokens: int,
+        b: Behaviour,
+        request: dict[str, Any],
+        receive: Receive,
+        send: Send,
     ) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
+        if b.first_token_ms:
+            await asyncio.sleep(b.first_token_ms / 1000)
         created = int(time.time())
         ident = f"chatcmpl-sim-{self.requests[name]}"
         for i in range(b.chunks):
             if b.mode == "midstream" and i >= b.fail_after_chunks:
                 raise DropConnection
+            if b.mode == "stall" and i >= b.fail_after_chunks:
+                await self._hold(name, receive)
+                return
+            if b.mode == "malformed" and i == b.fail_after_chunks:
+                await send({"type": "http.response.body", "body": b"data: {not json\n\n", "more_body": True})
             delta = {"role": "assistant", "content": ""} if i == 0 else {"content": f"word{i} "}
             chunk = {
                 "id": ident,
@@ -252,7 +373,16 @@ class Simulator:
         if path == "/_sim/state" and method == "GET":
             names = sorted(set(self.behaviours) | set(self.requests))
             await _json(
-                send, 200, {n: {"behaviour": asdict(self.behaviour(n)), "requests": self.requests[n]} for n in names}
+                send,
+                200,
+                {
+                    n: {
+                        "behaviour": asdict(self.behaviour(n)),
+                        "requests": self.requests[n],
+                        "arrivals": self.arrivals[n],
+                    }
+                    for n in names
+                },
             )
             return
         if path == "/_sim/reset" and method == "POST":
@@ -261,6 +391,9 @@ class Simulator:
             self.completed_streams.clear()
             self._flaky_seq.clear()
             self.last_bodies.clear()
+            self.arrivals.clear()
+            self.abandoned.clear()
+            self._window.clear()
             await _json(send, 200, {"reset": True})
             return
         if path.startswith("/_sim/providers/"):
@@ -283,8 +416,44 @@ class Simulator:
         await _json(send, 404, _error(f"No control route {method} {path}", "invalid_request_error"))
 
 
-def _error(message: str, kind: str) -> dict[str, Any]:
-    return {"error": {"message": message, "type": kind, "param": None, "code": None}}
+_PREFILL = "This model does not support assistant message prefill: the final message must have role user."
+_FILTERED = (
+    "The response was filtered due to the prompt triggering the content management policy. "
+    "Please modify your prompt and retry."
+)
+
+
+def _context_message(tokens: int) -> str:
+    return (
+        "This model's maximum context length is 8192 tokens. However, your messages resulted in "
+        f"{max(tokens, 8193)} tokens. Please reduce the length of the messages."
+    )
+
+
+def _role(message: Any) -> Any:
+    return message.get("role") if isinstance(message, dict) else None
+
+
+def _error(message: str, kind: str, code: str | None = None) -> dict[str, Any]:
+    return {"error": {"message": message, "type": kind, "param": None, "code": code}}
+
+
+async def _reset(send: Send, receive: Receive) -> None:
+    """Close the client's socket with a TCP reset before any response byte.
+
+    ASGI has no message for this, so it reaches the server's transport through `send`'s
+    owner (uvicorn's request cycle, h11 and httptools alike).
+    """
+    transport = getattr(getattr(send, "__self__", None), "transport", None)
+    if transport is None:
+        raise RuntimeError("reset needs uvicorn's transport")
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        # Linger 0: close() sends RST instead of FIN.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+    # Let the server see the connection lost, so it does not try to answer on it.
+    await _wait_disconnect(receive, limit=5)
 
 
 def _sse(obj: dict[str, Any]) -> bytes:
@@ -320,15 +489,14 @@ async def _wait_disconnect(receive: Receive, limit: float) -> bool:
     return True
 
 
-async def _json(send: Send, status: int, payload: Any) -> None:
+async def _json(send: Send, status: int, payload: Any, *, retry_after: str = "", first_byte_ms: float = 0.0) -> None:
     body = json.dumps(payload, separators=(",", ":")).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [*_JSON, (b"content-length", str(len(body)).encode())],
-        }
-    )
+    headers = [*_JSON, (b"content-length", str(len(body)).encode())]
+    if retry_after:
+        headers.append((b"retry-after", retry_after.encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    if first_byte_ms:
+        await asyncio.sleep(first_byte_ms / 1000)
     await send({"type": "http.response.body", "body": body})
 
 
