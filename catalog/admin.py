@@ -66,7 +66,16 @@ class ProviderForm(ServiceForm):
 
     class Meta:
         model = Provider
-        fields = ["name", "protocol", "base_url", "api_key", "connect_timeout", "read_timeout"]
+        fields = [
+            "name",
+            "protocol",
+            "base_url",
+            "api_key",
+            "connect_timeout",
+            "read_timeout",
+            "first_token_timeout_seconds",
+            "idle_timeout_seconds",
+        ]
 
     def service_input(self) -> ProviderInput:
         data = self.cleaned_data
@@ -76,6 +85,8 @@ class ProviderForm(ServiceForm):
             protocol=data["protocol"],
             connect_timeout=data["connect_timeout"],
             read_timeout=data["read_timeout"],
+            first_token_timeout_seconds=data.get("first_token_timeout_seconds"),
+            idle_timeout_seconds=data.get("idle_timeout_seconds"),
         )
 
     def service_validate(self, data: ProviderInput) -> None:

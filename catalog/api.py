@@ -94,6 +94,8 @@ class ProviderDetailApi(APIView):
         has_api_key = serializers.SerializerMethodField()
         connect_timeout = serializers.FloatField()
         read_timeout = serializers.FloatField()
+        first_token_timeout_seconds = serializers.FloatField(allow_null=True)
+        idle_timeout_seconds = serializers.FloatField(allow_null=True)
         created_at = serializers.DateTimeField()
         updated_at = serializers.DateTimeField()
 
@@ -134,6 +136,12 @@ class ProviderCreateApi(APIView):
         )
         connect_timeout = serializers.FloatField(default=5.0)
         read_timeout = serializers.FloatField(default=60.0)
+        first_token_timeout_seconds = serializers.FloatField(
+            allow_null=True, default=None, help_text="Resilient chains' time to first token; null = the policy's."
+        )
+        idle_timeout_seconds = serializers.FloatField(
+            allow_null=True, default=None, help_text="Resilient chains' stream idle timeout; null = the policy's."
+        )
 
         class Meta:
             ref_name = "ProviderInput"
@@ -178,6 +186,8 @@ class ProviderUpdateApi(APIView):
             "base_url": provider.base_url,
             "connect_timeout": provider.connect_timeout,
             "read_timeout": provider.read_timeout,
+            "first_token_timeout_seconds": provider.first_token_timeout_seconds,
+            "idle_timeout_seconds": provider.idle_timeout_seconds,
         }
         merged = {**current, **data} if partial else data
         provider = provider_update(actor=request.user, provider=provider, data=ProviderInput(**merged), api_key=api_key)

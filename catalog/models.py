@@ -79,6 +79,9 @@ class Provider(models.Model):
     api_key = EncryptedTextField(blank=True, default="")
     connect_timeout = models.FloatField(default=5.0, validators=[MinValueValidator(0.1)])
     read_timeout = models.FloatField(default=60.0, validators=[MinValueValidator(0.1)])
+    # Resilient chains' stream timeouts for this provider; None = the chain's policy (global default).
+    first_token_timeout_seconds = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.5)])
+    idle_timeout_seconds = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.5)])
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

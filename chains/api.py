@@ -11,8 +11,24 @@ from rest_framework.views import APIView
 
 from catalog.api import ScopeOutputSerializer, ScopeSerializer, scope_fields
 from chains.models import FallbackChain
-from chains.selectors import CHAIN_ORDERINGS, DEFAULT_CHAIN_ORDERING, chain_get, chain_list, chain_snapshot
-from chains.services import ChainInput, EntryInput, chain_create, chain_delete, chain_update
+from chains.resilience import KNOB_NAMES
+from chains.selectors import (
+    CHAIN_ORDERINGS,
+    DEFAULT_CHAIN_ORDERING,
+    chain_get,
+    chain_list,
+    chain_snapshot,
+    resilience_defaults_effective,
+    resilience_defaults_get,
+)
+from chains.services import (
+    ChainInput,
+    EntryInput,
+    chain_create,
+    chain_delete,
+    chain_update,
+    resilience_defaults_update,
+)
 from core.api import (
     StandardPagination,
     StrictBooleanField,
@@ -33,6 +49,17 @@ class ChainEntrySerializer(serializers.Serializer):
         ref_name = "ChainEntryInput"
 
 
+_RESILIENCE_HELP = (
+    'The resilience policy: {"enabled": true, ...knobs}; omitted knobs take the global defaults '
+    "(/api/resilience/defaults/). Knobs: " + ", ".join(KNOB_NAMES) + "."
+)
+
+
+def _resilience_field(**kwargs: Any) -> serializers.DictField:
+    # Types and bounds are checked by chains.resilience.resilience_validate (errors name the knob).
+    return serializers.DictField(child=serializers.JSONField(), help_text=_RESILIENCE_HELP, **kwargs)
+
+
 def _chain_or_404(chain_id: int) -> FallbackChain:
     try:
         return chain_get(chain_id=chain_id)
@@ -46,6 +73,7 @@ def _chain_input(data: dict[str, Any]) -> ChainInput:
         source_model=data["source_model"],
         entries=[EntryInput(model=e["model"], provider=e.get("provider")) for e in data["entries"]],
         enabled=data["enabled"],
+        resilience=data.get("resilience"),
         **scope_fields(data.get("scope")),
     )
 
@@ -67,6 +95,7 @@ class ChainDetailApi(APIView):
         entries = EntryOutputSerializer(many=True, source="entries.all")
         scope = ScopeOutputSerializer(source="*")
         enabled = serializers.BooleanField()
+        resilience = _resilience_field()
         version = serializers.IntegerField()
         created_at = serializers.DateTimeField()
         updated_at = serializers.DateTimeField()
@@ -117,6 +146,7 @@ class ChainCreateApi(APIView):
         entries = ChainEntrySerializer(many=True)
         scope = ScopeSerializer(required=False, help_text="Default: global.")
         enabled = StrictBooleanField(default=True)
+        resilience = _resilience_field(required=False)
 
         class Meta:
             ref_name = "ChainCreateInput"
@@ -133,7 +163,8 @@ class ChainCreateApi(APIView):
 class ChainUpdateApi(APIView):
     """Edit a chain. `version` is required: a stale one is refused with 409 and nothing changes.
 
-    PUT replaces every field; PATCH changes only the fields sent (entries are replaced as a whole).
+    PUT replaces every field; PATCH changes only the fields sent (entries and `resilience` are replaced as a
+    whole). `resilience` is optional in both: omitted, the chain keeps its policy.
     """
 
     class InputSerializer(serializers.Serializer):
@@ -142,6 +173,7 @@ class ChainUpdateApi(APIView):
         entries = ChainEntrySerializer(many=True)
         scope = ScopeSerializer()
         enabled = StrictBooleanField()
+        resilience = _resilience_field(required=False)
         version = serializers.IntegerField(min_value=1, help_text="The version you edited (from the last read).")
 
         class Meta:
@@ -193,3 +225,47 @@ class ChainDeleteApi(APIView):
         filters = input_validate(ChainDeleteApi.FilterSerializer(data=request.query_params))
         chain_delete(actor=request.user, chain_id=chain_id, version=filters.get("version"))
         return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class ResilienceDefaultsApi(APIView):
+    """The global default resilience policy: every knob's value (`policy`) and what an admin set (`set`).
+
+    New chains start from its `enabled`; a chain's omitted knob takes its value. PUT replaces it (knobs not
+    sent take the built-in defaults); `version` is required and a stale one is refused with 409.
+    """
+
+    class OutputSerializer(serializers.Serializer):
+        policy = serializers.DictField(child=serializers.JSONField(), help_text="Every knob's effective value.")
+        set = serializers.DictField(child=serializers.JSONField(), help_text="Only the knobs an admin set.")
+        version = serializers.IntegerField()
+        updated_at = serializers.DateTimeField(allow_null=True)
+
+        class Meta:
+            ref_name = "ResilienceDefaults"
+
+    class InputSerializer(serializers.Serializer):
+        policy = serializers.DictField(child=serializers.JSONField(), help_text="Knobs: " + ", ".join(KNOB_NAMES))
+        version = serializers.IntegerField(min_value=1, help_text="The version you edited (from the last read).")
+
+        class Meta:
+            ref_name = "ResilienceDefaultsInput"
+
+    @staticmethod
+    def _output(row: Any) -> dict[str, Any]:
+        return {
+            "policy": resilience_defaults_effective(row),
+            "set": dict(row.policy or {}),
+            "version": row.version,
+            "updated_at": row.updated_at,
+        }
+
+    @extend_schema(operation_id="resilience_defaults", responses=OutputSerializer)
+    def get(self, request: Request) -> Response:
+        row = resilience_defaults_get()
+        return Response(ResilienceDefaultsApi.OutputSerializer(self._output(row)).data)
+
+    @extend_schema(operation_id="resilience_defaults_update", request=InputSerializer, responses=OutputSerializer)
+    def put(self, request: Request) -> Response:
+        data = input_validate(ResilienceDefaultsApi.InputSerializer(data=request.data))
+        row = resilience_defaults_update(actor=request.user, version=data["version"], policy=data["policy"])
+        return Response(ResilienceDefaultsApi.OutputSerializer(self._output(row)).data)

@@ -2,7 +2,14 @@
 
 from django.urls import path
 
-from chains.api import ChainCreateApi, ChainDeleteApi, ChainDetailApi, ChainListApi, ChainUpdateApi
+from chains.api import (
+    ChainCreateApi,
+    ChainDeleteApi,
+    ChainDetailApi,
+    ChainListApi,
+    ChainUpdateApi,
+    ResilienceDefaultsApi,
+)
 from core.api import api_endpoint
 
 api_urlpatterns = [
@@ -12,4 +19,5 @@ api_urlpatterns = [
         api_endpoint(ChainDetailApi, ChainUpdateApi, ChainDeleteApi),
         name="api-chain",
     ),
+    path("resilience/defaults/", ResilienceDefaultsApi.as_view(), name="api-resilience-defaults"),
 ]

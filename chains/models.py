@@ -13,6 +13,8 @@ class FallbackChain(Scoped):
     name = models.CharField(max_length=200, validators=[validate_name])
     source_model = models.ForeignKey(LlmModel, on_delete=models.PROTECT, related_name="chains")
     enabled = models.BooleanField(default=True)
+    # The resilience policy: only the knobs the admin set (chains.resilience); {} = off, every knob default.
+    resilience = models.JSONField(default=dict, blank=True)
     # Optimistic locking: every save must name the version it edited.
     version = models.PositiveIntegerField(default=1)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
@@ -60,3 +62,25 @@ class ChainEntry(models.Model):
     @property
     def served_by(self) -> Provider:
         return self.provider or self.model.provider
+
+
+class ResilienceDefaults(models.Model):
+    """The global default resilience policy: one row (pk 1), created on its first edit.
+
+    `policy` holds only the knobs an admin set; the others take chains.resilience.RESILIENCE_DEFAULTS.
+    New chains start from its `enabled`; every chain's omitted knob falls back to it.
+    """
+
+    SINGLETON_ID = 1
+
+    policy = models.JSONField(default=dict, blank=True)
+    version = models.PositiveIntegerField(default=1)
+    updated_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = "resilience defaults"
+        verbose_name_plural = "resilience defaults"
+
+    def __str__(self) -> str:
+        return "Resilience defaults"

@@ -7,7 +7,8 @@ from django.db.models import Prefetch, Q, QuerySet
 
 from catalog.models import LlmModel, Provider
 from catalog.scopes import Scope, scopes_overlap
-from chains.models import ChainEntry, FallbackChain
+from chains.models import ChainEntry, FallbackChain, ResilienceDefaults
+from chains.resilience import RESILIENCE_DEFAULTS
 
 # Sort keys the list accepts (URL value → ORM ordering). "-" prefix = descending.
 CHAIN_ORDERINGS: dict[str, tuple[str, ...]] = {
@@ -75,7 +76,19 @@ def chain_snapshot(chain: FallbackChain) -> dict[str, object]:
         ],
         "scope": {"type": chain.scope_type, "id": chain.scope_id},
         "enabled": chain.enabled,
+        "resilience": dict(chain.resilience or {}),
     }
+
+
+def resilience_defaults_get() -> ResilienceDefaults:
+    """The global default policy row; an unsaved one (version 1, nothing set) until its first edit."""
+    row = ResilienceDefaults.objects.filter(pk=ResilienceDefaults.SINGLETON_ID).first()
+    return row or ResilienceDefaults(pk=ResilienceDefaults.SINGLETON_ID, policy={}, version=1)
+
+
+def resilience_defaults_effective(row: ResilienceDefaults) -> dict[str, object]:
+    """Every knob of the global default policy: what the row sets over the built-in defaults."""
+    return {**RESILIENCE_DEFAULTS, **{k: v for k, v in (row.policy or {}).items() if k in RESILIENCE_DEFAULTS}}
 
 
 def cost_ratio(*, source: LlmModel, model: LlmModel) -> float | None:

@@ -1,6 +1,8 @@
 """Writes of fallback chains. Each service is one transaction and writes its audit event inside it."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -11,8 +13,9 @@ from audit.services import audit_changes, audit_record
 from catalog.enums import ScopeType
 from catalog.models import LlmModel, Provider
 from catalog.scopes import Scope, scope_validate
-from chains.models import MAX_ENTRIES, ChainEntry, FallbackChain
-from chains.selectors import chain_get, chain_snapshot
+from chains.models import MAX_ENTRIES, ChainEntry, FallbackChain, ResilienceDefaults
+from chains.resilience import resilience_validate
+from chains.selectors import chain_get, chain_snapshot, resilience_defaults_effective, resilience_defaults_get
 from core.configbus import config_publish
 from core.db import write_unique
 from core.errors import ConflictError, ValidationFailed
@@ -36,6 +39,9 @@ class ChainInput:
     scope_type: str = ScopeType.GLOBAL
     scope_id: int | None = None
     enabled: bool = True
+    # The resilience policy object ({"enabled": true, ...knobs}); None: a new chain starts from the global
+    # default's `enabled`, an edited chain keeps its policy.
+    resilience: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +51,7 @@ class _Resolved:
     entries: list[tuple[LlmModel, Provider | None]]
     scope: Scope
     enabled: bool
+    resilience: dict[str, Any] | None
 
 
 def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
@@ -121,9 +128,21 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
         if other is not None:
             errors.add("source_model", f"Chain “{other}” already covers {source.name} in this scope; edit it instead.")
 
+    resilience: dict[str, Any] | None = None
+    if data.resilience is not None:
+        resilience, resilience_errors = resilience_validate(data.resilience)
+        errors.extend(resilience_errors, prefix="resilience.")
+
     errors.raise_if_any()
     assert source is not None and scope is not None
-    return _Resolved(name=name, source=source, entries=resolved_entries, scope=scope, enabled=bool(data.enabled))
+    return _Resolved(
+        name=name,
+        source=source,
+        entries=resolved_entries,
+        scope=scope,
+        enabled=bool(data.enabled),
+        resilience=resilience,
+    )
 
 
 def _write_entries(chain: FallbackChain, entries: list[tuple[LlmModel, Provider | None]]) -> None:
@@ -142,6 +161,9 @@ _CHAIN_TAKEN = "Another chain already covers this source model in this scope."
 def chain_create(*, actor: Actor, data: ChainInput) -> FallbackChain:
     """Create a chain with its entries and audit it."""
     r = _resolve(data, exclude_chain_id=None)
+    resilience = r.resilience
+    if resilience is None:
+        resilience = {"enabled": bool(resilience_defaults_effective(resilience_defaults_get())["enabled"])}
     chain = write_unique(
         lambda: FallbackChain.objects.create(
             name=r.name,
@@ -149,6 +171,7 @@ def chain_create(*, actor: Actor, data: ChainInput) -> FallbackChain:
             scope_type=r.scope.type,
             scope_id=r.scope.id,
             enabled=r.enabled,
+            resilience=resilience,
             created_by=actor if isinstance(actor, get_user_model()) else None,  # None: created by the system
         ),
         field="source_model",
@@ -183,7 +206,7 @@ def _lock(chain_id: int, version: int | None) -> FallbackChain:
     return chain
 
 
-def _resolved_snapshot(r: _Resolved) -> dict[str, object]:
+def _resolved_snapshot(r: _Resolved, resilience: dict[str, Any]) -> dict[str, object]:
     """What chain_snapshot would return once `r` is saved."""
     return {
         "name": r.name,
@@ -193,6 +216,7 @@ def _resolved_snapshot(r: _Resolved) -> dict[str, object]:
         ],
         "scope": {"type": r.scope.type, "id": r.scope.id},
         "enabled": r.enabled,
+        "resilience": resilience,
     }
 
 
@@ -207,7 +231,8 @@ def chain_update(*, actor: Actor, chain_id: int, version: int, data: ChainInput)
     locked = _lock(chain_id, version)
     before = chain_snapshot(chain_get(chain_id=locked.pk))
     r = _resolve(data, exclude_chain_id=locked.pk)
-    if _resolved_snapshot(r) == before:
+    resilience = r.resilience if r.resilience is not None else dict(locked.resilience or {})
+    if _resolved_snapshot(r, resilience) == before:
         # Nothing changed: keep the version, so other editors holding it get no spurious conflict.
         return chain_get(chain_id=locked.pk)
     write_unique(
@@ -217,6 +242,7 @@ def chain_update(*, actor: Actor, chain_id: int, version: int, data: ChainInput)
             scope_type=r.scope.type,
             scope_id=r.scope.id,
             enabled=r.enabled,
+            resilience=resilience,
             version=F("version") + 1,
             updated_at=timezone.now(),
         ),
@@ -276,3 +302,41 @@ def chain_delete(*, actor: Actor, chain_id: int, version: int | None = None) -> 
         before=snapshot,
     )
     transaction.on_commit(config_publish)
+
+
+@transaction.atomic
+def resilience_defaults_update(*, actor: Actor, version: int, policy: Mapping[str, Any]) -> ResilienceDefaults:
+    """Replace the global default policy if `version` is current; knobs not in `policy` take the built-in
+    defaults. Audited with the changed knobs' before/after (effective values); no change, no event."""
+    if version is None:
+        raise ValidationFailed("version is required.", errors={"version": ["Send the version you edited."]})
+    clean, problems = resilience_validate(policy)
+    errors = FieldErrors()
+    errors.extend(problems, prefix="policy.")
+    errors.raise_if_any()
+    row, _ = ResilienceDefaults.objects.get_or_create(pk=ResilienceDefaults.SINGLETON_ID)
+    row = ResilienceDefaults.objects.select_for_update().get(pk=row.pk)
+    if row.version != version:
+        raise ConflictError(
+            f"The default resilience policy was changed by someone else (you edited version {version}, it is "
+            f"now at version {row.version}). Reload to see their changes, then apply yours again.",
+            errors={"version": [f"Stale version {version}; current is {row.version}."]},
+        )
+    if clean == (row.policy or {}):
+        return row
+    before = {"policy": dict(row.policy or {}), **resilience_defaults_effective(row)}
+    row.policy = clean
+    row.version += 1
+    row.updated_by = actor if isinstance(actor, get_user_model()) else None
+    row.save()
+    audit_changes(
+        actor=actor,
+        action="resilience_defaults.update",
+        object_type="resilience_defaults",
+        object_id=row.pk,
+        object_repr="Resilience defaults",
+        before=before,
+        after={"policy": dict(row.policy), **resilience_defaults_effective(row)},
+    )
+    transaction.on_commit(config_publish)
+    return row

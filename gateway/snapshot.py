@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from chains.resilience import DEFAULT_POLICY, ResiliencePolicy
 from routing.resolution import Denied, NotFound, ScopeKey, principal_scopes, resolve_route
 
 
@@ -45,6 +46,9 @@ class ProviderInfo:
     # that it takes part in equality: a provider whose key became (or stopped being) undecryptable is
     # a different configuration, never served by an adapter built for the other one.
     credential_unavailable: bool = False
+    # Resilient chains' stream timeouts for this provider; None = the chain policy's value.
+    first_token_timeout: float | None = None
+    idle_timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +71,8 @@ class ChainInfo:
     name: str
     source_model: str
     entries: tuple[Target, ...]
+    # The effective policy (chain knobs over the global defaults); off unless the chain enabled it.
+    resilience: ResiliencePolicy = DEFAULT_POLICY
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,6 +115,8 @@ class Snapshot:
     # (model or None for every model, scope type, scope id) -> guardrail
     guardrails: Mapping[tuple[str | None, str, int | None], GuardrailInfo] = field(default_factory=dict)
     chains: Mapping[tuple[str, str, int | None], ChainInfo] = field(default_factory=dict)
+    # The global default policy, every knob filled in.
+    resilience_defaults: ResiliencePolicy = DEFAULT_POLICY
     built_at: float = field(default_factory=time.time)
     # Memo of resolve(); the snapshot is immutable, so entries never go stale.
     _routes: dict[tuple[int, str], Route | Refusal] = field(default_factory=dict, compare=False, repr=False)
@@ -170,6 +178,8 @@ def snapshot_build(*, version: int) -> Snapshot:
 def _snapshot_read(version: int) -> Snapshot:
     from catalog.models import ApiKey, LlmModel, Provider
     from chains.models import FallbackChain
+    from chains.resilience import resilience_effective
+    from chains.selectors import resilience_defaults_get
     from core.crypto import Undecryptable
     from routing.models import Alias, Guardrail, RoutingRule
 
@@ -182,6 +192,8 @@ def _snapshot_read(version: int) -> Snapshot:
             p.connect_timeout,
             p.read_timeout,
             credential_unavailable=isinstance(p.api_key, Undecryptable),
+            first_token_timeout=p.first_token_timeout_seconds,
+            idle_timeout=p.idle_timeout_seconds,
         )
         for p in Provider.objects.all()
     }
@@ -223,6 +235,7 @@ def _snapshot_read(version: int) -> Snapshot:
                 g.pk, g.name, g.action, g.target_model.name if g.target_model is not None else None, g.message
             ),
         )
+    default_policy = resilience_defaults_get().policy or {}
     chains = {}
     for c in (
         FallbackChain.objects.filter(enabled=True)
@@ -230,7 +243,9 @@ def _snapshot_read(version: int) -> Snapshot:
         .prefetch_related("entries__model__provider", "entries__provider")
     ):
         entries = tuple(Target((e.provider or e.model.provider).name, e.model.name) for e in c.entries.all())
-        chains[(c.source_model.name, c.scope_type, c.scope_id)] = ChainInfo(c.pk, c.name, c.source_model.name, entries)
+        chains[(c.source_model.name, c.scope_type, c.scope_id)] = ChainInfo(
+            c.pk, c.name, c.source_model.name, entries, resilience_effective(c.resilience or {}, default_policy)
+        )
     ro: Any = MappingProxyType
     return Snapshot(
         version=version,
@@ -241,4 +256,5 @@ def _snapshot_read(version: int) -> Snapshot:
         rules=ro(rules),
         guardrails=ro(guardrails),
         chains=ro(chains),
+        resilience_defaults=resilience_effective({}, default_policy),
     )

@@ -25,6 +25,12 @@ class ProviderInput:
     protocol: str = Protocol.OPENAI
     connect_timeout: float = 5.0
     read_timeout: float = 60.0
+    # Resilient chains' stream timeouts; None = the chain policy's value.
+    first_token_timeout_seconds: float | None = None
+    idle_timeout_seconds: float | None = None
+
+
+STREAM_TIMEOUT_BOUNDS = (0.5, 600.0)
 
 
 def _provider_snapshot(provider: Provider) -> dict[str, Any]:
@@ -36,6 +42,8 @@ def _provider_snapshot(provider: Provider) -> dict[str, Any]:
         "has_api_key": bool(provider.api_key),
         "connect_timeout": provider.connect_timeout,
         "read_timeout": provider.read_timeout,
+        "first_token_timeout_seconds": provider.first_token_timeout_seconds,
+        "idle_timeout_seconds": provider.idle_timeout_seconds,
     }
 
 
@@ -62,6 +70,11 @@ def _provider_validate(data: ProviderInput, *, exclude_pk: int | None, api_key: 
         value = getattr(data, field_name)
         if not math.isfinite(value) or value < 0.1:
             errors.add(field_name, "Timeout must be at least 0.1 seconds.")
+    low, high = STREAM_TIMEOUT_BOUNDS
+    for field_name in ("first_token_timeout_seconds", "idle_timeout_seconds"):
+        value = getattr(data, field_name)
+        if value is not None and not (math.isfinite(value) and low <= value <= high):
+            errors.add(field_name, f"Timeout must be between {low:g} and {high:g} seconds, or empty for the default.")
     errors.raise_if_any()
     return {
         "name": name,
@@ -69,6 +82,8 @@ def _provider_validate(data: ProviderInput, *, exclude_pk: int | None, api_key: 
         "base_url": base_url,
         "connect_timeout": data.connect_timeout,
         "read_timeout": data.read_timeout,
+        "first_token_timeout_seconds": data.first_token_timeout_seconds,
+        "idle_timeout_seconds": data.idle_timeout_seconds,
     }
 
 

@@ -63,6 +63,8 @@ def test_provider_create_never_returns_the_key(admin_client):
         "has_api_key": True,
         "connect_timeout": 3.0,
         "read_timeout": 30.0,
+        "first_token_timeout_seconds": None,
+        "idle_timeout_seconds": None,
     }
     assert PROVIDER_KEY not in response.content.decode()
     event = AuditEvent.objects.get()

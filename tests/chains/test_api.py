@@ -52,6 +52,7 @@ def test_chain_create_returns_the_chain_and_audits_it(admin_client, catalog):
         "entries": [{"model": "claude-sonnet", "provider": None}, {"model": "gemini-pro", "provider": None}],
         "scope": {"type": "global", "id": None},
         "enabled": True,
+        "resilience": {"enabled": False},
         "version": 1,
     }
     assert body["created_at"] == chain.created_at.isoformat().replace("+00:00", "Z")
@@ -266,6 +267,7 @@ def test_chain_detail_returns_the_chain(admin_client, catalog):
         "entries": [{"model": "claude-sonnet", "provider": None}],
         "scope": {"type": "global", "id": None},
         "enabled": True,
+        "resilience": {},
         "version": 1,
     }
 
@@ -637,7 +639,7 @@ def test_chain_delete_removes_the_chain_and_audits_a_snapshot(admin_client, cata
     assert FallbackChain.objects.count() == 0
     assert ChainEntry.objects.count() == 0
     event = AuditEvent.objects.get(action="chain.delete")
-    assert event.before == {**chain_body(), "version": 1}
+    assert event.before == {**chain_body(), "resilience": {"enabled": False}, "version": 1}
 
 
 def test_chain_delete_with_current_version_deletes(admin_client, catalog):

@@ -45,6 +45,7 @@ def test_chain_create_writes_entries_in_order_and_audits(chain_models, admin_use
         "entries": [{"model": "claude-sonnet", "provider": None}, {"model": "gemini-pro", "provider": None}],
         "scope": {"type": "global", "id": None},
         "enabled": True,
+        "resilience": {"enabled": False},
     }
 
 

@@ -54,7 +54,14 @@ def test_schema_lists_every_endpoint_and_operation(admin_client):
 def test_schema_documents_chain_body_and_write_only_provider_key(admin_client):
     schemas = admin_client.get("/api/schema/", {"format": "json"}).json()["components"]["schemas"]
 
-    assert sorted(schemas["ChainCreateInput"]["properties"]) == ["enabled", "entries", "name", "scope", "source_model"]
+    assert sorted(schemas["ChainCreateInput"]["properties"]) == [
+        "enabled",
+        "entries",
+        "name",
+        "resilience",
+        "scope",
+        "source_model",
+    ]
     assert sorted(schemas["ChainUpdateInput"]["required"]) == [
         "enabled",
         "entries",
@@ -77,7 +84,10 @@ def test_whole_api_schema_generates_without_warnings_or_errors():
 
     validate_schema(schema)
     assert (dict(GENERATOR_STATS._warn_cache), dict(GENERATOR_STATS._error_cache)) == ({}, {})
-    assert set(schema["paths"]) == API_PATHS | HEALTH_PATHS | REQUEST_LOG_PATHS | ALERT_PATHS
+    # The global default resilience policy (GET/PUT).
+    assert set(schema["paths"]) == API_PATHS | HEALTH_PATHS | REQUEST_LOG_PATHS | ALERT_PATHS | {
+        "/api/resilience/defaults/"
+    }
 
 
 def test_schema_documents_the_health_api(admin_client):

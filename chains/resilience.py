@@ -1,0 +1,130 @@
+"""The resilience policy of a chain: its knobs, their built-in defaults and bounds, and pure validation.
+
+A chain stores only what its admin set (`{"enabled": true, "max_retries": 2}`); every omitted knob takes
+the global default policy (chains.models.ResilienceDefaults), whose omitted knobs take the built-in
+defaults below. `resilience_effective` does that merge; the gateway's planner reads the result by these
+knob names. Nothing here touches the database.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Knob:
+    name: str
+    kind: type  # int or float (enabled is the only boolean and is handled apart)
+    default: int | float
+    minimum: int | float
+    maximum: int | float
+    help: str
+
+
+# Order = the order the API documents and the console will show.
+KNOBS: tuple[Knob, ...] = (
+    Knob("max_retries", int, 1, 0, 5, "Retries of the same target before moving to the next entry."),
+    Knob("backoff_base_ms", int, 200, 0, 10_000, "Base of the exponential backoff with full jitter."),
+    Knob("backoff_floor_ms", int, 50, 0, 10_000, "No two attempts on one target closer than this."),
+    Knob("backoff_cap_ms", int, 2_000, 0, 60_000, "Largest backoff between two attempts on one target."),
+    Knob("retry_after_cap_seconds", float, 5.0, 0, 60, "A longer Retry-After moves to the next entry instead."),
+    Knob("max_attempts", int, 6, 1, 20, "Upstream calls per request, whatever the chain length and retries."),
+    Knob("connect_timeout_seconds", float, 3.0, 0.1, 60, "Connect timeout of each attempt."),
+    Knob("first_token_timeout_seconds", float, 15.0, 0.5, 600, "Time to first token (provider setting wins)."),
+    Knob("idle_timeout_seconds", float, 15.0, 0.5, 600, "Stream idle: no event for this long (provider wins)."),
+    Knob("deadline_seconds", float, 60.0, 1, 3_600, "The request's overall deadline; it always wins."),
+)
+KNOB_NAMES: tuple[str, ...] = ("enabled", *(k.name for k in KNOBS))
+_BY_NAME: dict[str, Knob] = {k.name: k for k in KNOBS}
+
+# The built-in default policy (what the global defaults start as).
+RESILIENCE_DEFAULTS: dict[str, Any] = {"enabled": False, **{k.name: k.default for k in KNOBS}}
+
+
+@dataclass(frozen=True, slots=True)
+class ResiliencePolicy:
+    """A chain's effective policy: every knob has a value (the gateway snapshot carries this)."""
+
+    enabled: bool = False
+    max_retries: int = 1
+    backoff_base_ms: int = 200
+    backoff_floor_ms: int = 50
+    backoff_cap_ms: int = 2_000
+    retry_after_cap_seconds: float = 5.0
+    max_attempts: int = 6
+    connect_timeout_seconds: float = 3.0
+    first_token_timeout_seconds: float = 15.0
+    idle_timeout_seconds: float = 15.0
+    deadline_seconds: float = 60.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in KNOB_NAMES}
+
+
+# The built-in default policy as the dataclass (off): what a chain without a policy gets.
+DEFAULT_POLICY = ResiliencePolicy()
+
+
+def _bounds(knob: Knob) -> str:
+    return f"between {knob.minimum:g} and {knob.maximum:g}"
+
+
+def resilience_validate(mapping: Any) -> tuple[dict[str, Any], dict[str, list[str]]]:
+    """Check a policy object; returns (only the knobs given, cleaned, in KNOBS order; errors by knob name).
+
+    Unknown knobs, wrong types and values out of range are errors (the message names the bounds). Integers
+    are accepted for float knobs; floats with a fraction are refused for integer knobs; booleans are never
+    numbers. Cross-knob rule: backoff_floor_ms <= backoff_cap_ms when both are given.
+    """
+    errors: dict[str, list[str]] = {}
+    if not isinstance(mapping, Mapping):
+        return {}, {"__all__": ["The resilience policy must be an object of knobs."]}
+    for name in mapping:
+        if name not in KNOB_NAMES:
+            known = ", ".join(KNOB_NAMES)
+            errors.setdefault(str(name), []).append(f"Unknown resilience knob “{name}”; known knobs: {known}.")
+    clean: dict[str, Any] = {}
+    if "enabled" in mapping:
+        if isinstance(mapping["enabled"], bool):
+            clean["enabled"] = mapping["enabled"]
+        else:
+            errors.setdefault("enabled", []).append("Must be true or false.")
+    for knob in KNOBS:
+        if knob.name not in mapping:
+            continue
+        value = mapping[knob.name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            errors.setdefault(knob.name, []).append(f"Must be a number {_bounds(knob)}.")
+            continue
+        if knob.kind is int:
+            if isinstance(value, float) and not value.is_integer():
+                errors.setdefault(knob.name, []).append(f"Must be a whole number {_bounds(knob)}.")
+                continue
+            value = int(value)
+        else:
+            value = float(value)
+        if not knob.minimum <= value <= knob.maximum:
+            errors.setdefault(knob.name, []).append(f"Must be {_bounds(knob)} (got {value:g}).")
+            continue
+        clean[knob.name] = value
+    floor, cap = clean.get("backoff_floor_ms"), clean.get("backoff_cap_ms")
+    if floor is not None and cap is not None and floor > cap:
+        errors.setdefault("backoff_floor_ms", []).append(
+            f"The backoff floor ({floor} ms) cannot exceed the backoff cap ({cap} ms)."
+        )
+    ordered = {name: clean[name] for name in KNOB_NAMES if name in clean}
+    return ordered, errors
+
+
+def resilience_effective(chain: Mapping[str, Any], defaults: Mapping[str, Any]) -> ResiliencePolicy:
+    """The chain's knobs over the global defaults over the built-in defaults.
+
+    Both inputs are stored, already validated mappings; a knob name the code no longer knows is ignored, so
+    an old row never breaks the gateway.
+    """
+    merged = {**RESILIENCE_DEFAULTS, **defaults, **chain}
+    values = {name: merged[name] for name in KNOB_NAMES}
+    floor, cap = values["backoff_floor_ms"], values["backoff_cap_ms"]
+    if floor > cap:  # each side valid alone, from different levels: the cap wins
+        values["backoff_floor_ms"] = cap
+    return ResiliencePolicy(**values)
