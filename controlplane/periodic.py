@@ -60,6 +60,7 @@ class EmbeddedScheduler:
         self._jobs = [job for job in jobs if job.embedded]
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._tasks: dict[str, Any] = {}
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="embedded-periodic", daemon=True)
@@ -74,19 +75,29 @@ class EmbeddedScheduler:
         """Run every job whose time has come (`due` maps job names to their next run, updated in place)."""
         from django.db import connections
 
-        from controlplane.celery import app
-
-        app.loader.import_default_modules()
+        ran = False
         for job in self._jobs:
             if now < due.get(job.name, 0.0):
                 continue
             due[job.name] = now + job.every
+            ran = True
             try:
-                app.tasks[job.task]()
+                self._task(job.task)()
             except Exception:  # one failing job must not stop the others
                 log.exception("periodic job %s failed", job.name)
-            finally:
-                connections.close_all()  # this thread's connections only
+                connections.close_all()  # a broken connection must not fail the next job
+        if ran:
+            connections.close_all()  # this thread's connections only
+
+    def _task(self, name: str) -> Any:
+        """The Celery task by name; the apps' task modules are imported on the first call, not on every run."""
+        task = self._tasks.get(name)
+        if task is None:
+            from controlplane.celery import app
+
+            app.loader.import_default_modules()
+            task = self._tasks[name] = app.tasks[name]
+        return task
 
     def _run(self) -> None:
         due: dict[str, float] = {}
