@@ -60,6 +60,11 @@ class ResiliencePolicy:
     def as_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in KNOB_NAMES}
 
+    @property
+    def floor(self) -> float:
+        """The backoff floor in seconds: no two attempts on one target closer than this."""
+        return self.backoff_floor_ms / 1000
+
 
 # The built-in default policy as the dataclass (off): what a chain without a policy gets.
 DEFAULT_POLICY = ResiliencePolicy()

@@ -6,7 +6,7 @@ hand out a half-open probe, so the planner asks that callable last, and only of 
 return: a True answer is a promise to call). Time (`now`, monotonic seconds) and randomness (`rng`) are
 injected, so every decision can be replayed in a test.
 
-    policy = ResiliencePolicy.from_knobs(chain_knobs)
+    policy = snapshot_chain.resilience  # chains.resilience.ResiliencePolicy
     attempts: list[Attempt] = []
     action = next_action(candidates=cands, policy=policy, attempts=attempts, now=clock(), started=t0, rng=rng)
     # Call -> wait until not_before, call, append an Attempt on failure, ask again.
@@ -21,68 +21,18 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from email.utils import parsedate_to_datetime
 from enum import StrEnum
 from typing import Any
 
+from chains.resilience import ResiliencePolicy as _ChainPolicy
+
 # --- The policy ------------------------------------------------------------------------------------------
 
-# Knob name (the chain's `resilience` object, validated by chains.resilience) -> policy field.
-_KNOB_FIELDS: dict[str, str] = {
-    "enabled": "enabled",
-    "max_retries": "max_retries",
-    "backoff_base_ms": "backoff_base_ms",
-    "backoff_floor_ms": "backoff_floor_ms",
-    "backoff_cap_ms": "backoff_cap_ms",
-    "retry_after_cap_seconds": "retry_after_cap_seconds",
-    "max_attempts": "max_attempts",
-    "connect_timeout_seconds": "connect_timeout",
-    "first_token_timeout_seconds": "first_token_timeout",
-    "idle_timeout_seconds": "idle_timeout",
-    "deadline_seconds": "deadline",
-}
-
-
-@dataclass(frozen=True, slots=True)
-class ResiliencePolicy:
-    """One chain's effective policy. The defaults are the built-in ones (chains.resilience has the same
-    values and the bounds); `enabled=False` is today's behaviour, whatever the other knobs say."""
-
-    enabled: bool = False
-    max_retries: int = 1
-    backoff_base_ms: int = 200
-    backoff_floor_ms: int = 50
-    backoff_cap_ms: int = 2_000
-    retry_after_cap_seconds: float = 5.0
-    max_attempts: int = 6
-    connect_timeout: float = 3.0
-    first_token_timeout: float = 15.0
-    idle_timeout: float = 15.0
-    deadline: float = 60.0  # seconds from the request's start; it always wins
-
-    @classmethod
-    def merged(cls, defaults: ResiliencePolicy, overrides: Mapping[str, Any]) -> ResiliencePolicy:
-        """`defaults` with the knobs present in `overrides` (knob names) replaced; omitted knobs keep the
-        defaults' values. Unknown names are ignored: validation happens before, in the chains app."""
-        changes = {_KNOB_FIELDS[name]: value for name, value in overrides.items() if name in _KNOB_FIELDS}
-        return replace(defaults, **changes)
-
-    @classmethod
-    def from_knobs(cls, knobs: Mapping[str, Any]) -> ResiliencePolicy:
-        """A policy from knob names over the built-in defaults."""
-        return cls.merged(cls(), knobs)
-
-    def knobs(self) -> dict[str, Any]:
-        """The policy under its knob names (the inverse of `from_knobs`)."""
-        return {name: getattr(self, attr) for name, attr in _KNOB_FIELDS.items()}
-
-    @property
-    def floor(self) -> float:
-        return self.backoff_floor_ms / 1000
-
-
-assert {f.name for f in fields(ResiliencePolicy)} == set(_KNOB_FIELDS.values())
+# One class, shared with the chains app (its knobs, bounds and validation live there): the snapshot carries
+# each chain's effective policy, every knob filled in; `enabled=False` is the default behaviour.
+ResiliencePolicy = _ChainPolicy
 
 
 # --- The error taxonomy ----------------------------------------------------------------------------------
@@ -346,7 +296,7 @@ def next_action(
     broke = next((a for a in attempts if a.delivered), None)
     if len(attempts) >= policy.max_attempts:
         return GiveUp(GiveUpReason.MAX_ATTEMPTS, broke or last)
-    deadline = started + policy.deadline
+    deadline = started + policy.deadline_seconds
     if now >= deadline:
         return GiveUp(GiveUpReason.DEADLINE, broke or last)
     if broke is not None:

@@ -306,7 +306,12 @@ class Simulator:
             await asyncio.sleep(b.first_token_ms / 1000)
         created = int(time.time())
         ident = f"chatcmpl-sim-{self.requests[name]}"
+        # A prefilled answer (the last message is the assistant's) goes on after the words it already has.
+        first = _prefilled_words(request.get("messages")) + 1
+        words = 0
         for i in range(b.chunks):
+            if 0 < i < first:
+                continue
             if b.mode == "midstream" and i >= b.fail_after_chunks:
                 raise DropConnection
             if b.mode == "stall" and i >= b.fail_after_chunks:
@@ -315,6 +320,7 @@ class Simulator:
             if b.mode == "malformed" and i == b.fail_after_chunks:
                 await send({"type": "http.response.body", "body": b"data: {not json\n\n", "more_body": True})
             delta = {"role": "assistant", "content": ""} if i == 0 else {"content": f"word{i} "}
+            words += i > 0
             chunk = {
                 "id": ident,
                 "object": "chat.completion.chunk",
@@ -345,8 +351,8 @@ class Simulator:
                 if b.mode == "badusage"
                 else {
                     "prompt_tokens": prompt_tokens,
-                    "completion_tokens": b.chunks - 1,
-                    "total_tokens": prompt_tokens + b.chunks - 1,
+                    "completion_tokens": words,
+                    "total_tokens": prompt_tokens + words,
                 }
             )
             tail += _sse(
@@ -428,6 +434,13 @@ def _context_message(tokens: int) -> str:
         "This model's maximum context length is 8192 tokens. However, your messages resulted in "
         f"{max(tokens, 8193)} tokens. Please reduce the length of the messages."
     )
+
+
+def _prefilled_words(messages: Any) -> int:
+    """How many words of the answer a trailing assistant message (a prefill) already holds."""
+    if not isinstance(messages, list) or not messages or _role(messages[-1]) != "assistant":
+        return 0
+    return len(str(messages[-1].get("content") or "").split())
 
 
 def _role(message: Any) -> Any:

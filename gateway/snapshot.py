@@ -58,6 +58,8 @@ class ModelInfo:
     capabilities: frozenset[str]
     input_price_per_mtok: float
     output_price_per_mtok: float
+    # Tokens; the resilience policy moves a context-length failure only to a larger window.
+    context_window: int | None = None
 
     def cost(self, tokens_in: int | None, tokens_out: int | None) -> float | None:
         if tokens_in is None and tokens_out is None:
@@ -204,6 +206,7 @@ def _snapshot_read(version: int) -> Snapshot:
             frozenset(m.capabilities or ()),
             float(m.input_price_per_mtok),
             float(m.output_price_per_mtok),
+            m.context_window,
         )
         for m in LlmModel.objects.select_related("provider")
     }

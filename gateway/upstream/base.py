@@ -14,10 +14,12 @@ class UpstreamError(Exception):
     """A call that produced no usable response. `kind` is "timeout", "connection_error" or
     "credential_unavailable" (the provider's stored API key cannot be decrypted; nothing was sent)."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, *, connect_timeout: bool = False) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+        # A "timeout" while connecting (the resilience policy logs it as `connect_timeout`).
+        self.connect_timeout = connect_timeout
 
 
 @dataclass(slots=True)
@@ -39,8 +41,11 @@ class Adapter(ABC):
         self.transport = transport
 
     @abstractmethod
-    async def chat(self, body: bytes | RequestBody, *, stream: bool) -> UpstreamResponse:
+    async def chat(
+        self, body: bytes | RequestBody, *, stream: bool, connect_timeout: float | None = None
+    ) -> UpstreamResponse:
         """Send an OpenAI-shaped chat request; answer in OpenAI shape. Raises UpstreamError.
 
-        `body` may be a RequestBody (same length): the transport drops it once written.
+        `body` may be a RequestBody (same length): the transport drops it once written. `connect_timeout`
+        replaces the provider's for this call (the resilience policy's, when shorter).
         """

@@ -14,7 +14,8 @@ from gateway.upstream.transport import FastTransport, RawResponse, RequestBody, 
 
 log = logging.getLogger(__name__)
 
-_PASS_HEADERS = {b"content-type", b"x-request-id", b"openai-processing-ms"}
+# Retry-After reaches the client (its SDK honours it) and the resilience policy (gateway.resilience.retry_after).
+_PASS_HEADERS = {b"content-type", b"x-request-id", b"openai-processing-ms", b"retry-after", b"retry-after-ms"}
 
 
 def _header_safe(value: str) -> str:
@@ -42,7 +43,9 @@ class OpenAIAdapter(Adapter):
             head += f"Authorization: Bearer {_header_safe(provider.api_key)}\r\n"
         self._head = head.encode()
 
-    async def chat(self, body: bytes | RequestBody, *, stream: bool) -> UpstreamResponse:
+    async def chat(
+        self, body: bytes | RequestBody, *, stream: bool, connect_timeout: float | None = None
+    ) -> UpstreamResponse:
         name = self.provider.name
         if self._undecryptable:
             log.error("Provider %s: its stored API key cannot be decrypted; not calling it. %s", name, ROTATION_FIX)
@@ -55,9 +58,11 @@ class OpenAIAdapter(Adapter):
                 self._origin,
                 head,
                 body=body,
-                connect_timeout=self.provider.connect_timeout,
+                connect_timeout=self.provider.connect_timeout if connect_timeout is None else connect_timeout,
                 read_timeout=self.provider.read_timeout,
             )
+        except httpx.ConnectTimeout:
+            raise UpstreamError("timeout", f"Could not connect to {name} in time.", connect_timeout=True)
         except httpx.TimeoutException as exc:
             raise UpstreamError("timeout", f"{name} did not answer in time ({type(exc).__name__}).")
         except httpx.TransportError as exc:

@@ -13,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from chains.resilience import resilience_effective
 from gateway.resilience import (
     Attempt,
     Call,
@@ -81,33 +82,14 @@ def test_policy_defaults_are_todays_behaviour_and_the_issues_numbers() -> None:
     p = ResiliencePolicy()
     assert p.enabled is False
     assert (p.max_retries, p.max_attempts, p.retry_after_cap_seconds) == (1, 6, 5.0)
-    assert (p.connect_timeout, p.first_token_timeout, p.idle_timeout) == (3.0, 15.0, 15.0)
+    assert (p.connect_timeout_seconds, p.first_token_timeout_seconds, p.idle_timeout_seconds) == (3.0, 15.0, 15.0)
 
 
-def test_from_knobs_maps_every_knob_name() -> None:
-    knobs = {
-        "enabled": True,
-        "max_retries": 3,
-        "backoff_base_ms": 10,
-        "backoff_floor_ms": 5,
-        "backoff_cap_ms": 40,
-        "retry_after_cap_seconds": 2.5,
-        "max_attempts": 4,
-        "connect_timeout_seconds": 1.0,
-        "first_token_timeout_seconds": 2.0,
-        "idle_timeout_seconds": 3.0,
-        "deadline_seconds": 9.0,
-    }
-    p = ResiliencePolicy.from_knobs(knobs)
-    assert p == ResiliencePolicy(True, 3, 10, 5, 40, 2.5, 4, 1.0, 2.0, 3.0, 9.0)
-    assert p.knobs() == knobs
-
-
-def test_merged_keeps_the_defaults_for_omitted_knobs() -> None:
-    defaults = ResiliencePolicy(max_retries=2, deadline=30.0)
-    p = ResiliencePolicy.merged(defaults, {"enabled": True, "idle_timeout_seconds": 4.0})
-    assert (p.enabled, p.idle_timeout, p.max_retries, p.deadline) == (True, 4.0, 2, 30.0)
-    assert defaults.enabled is False  # frozen: merging never changes the defaults
+def test_the_planner_reads_the_chains_policy_class() -> None:
+    # One class: what the snapshot carries (chain knobs over the global defaults) is what the planner reads.
+    p = resilience_effective({"enabled": True, "idle_timeout_seconds": 4.0}, {"max_retries": 2})
+    assert isinstance(p, ResiliencePolicy)
+    assert (p.enabled, p.idle_timeout_seconds, p.max_retries, p.deadline_seconds, p.floor) == (True, 4.0, 2, 60.0, 0.05)
 
 
 # --- Taxonomy -------------------------------------------------------------------------------------------
@@ -367,7 +349,7 @@ def test_retry_after_above_the_cap_moves_on_instead_of_waiting() -> None:
 
 def test_a_retry_that_would_pass_the_deadline_moves_on() -> None:
     cands = chain("p", "a")
-    policy = ResiliencePolicy(enabled=True, deadline=11.0)
+    policy = ResiliencePolicy(enabled=True, deadline_seconds=11.0)
     action = plan(cands, [Attempt(cands[0], F.RATE_LIMIT, at=9.5, retry_after=2.0)], policy=policy, now=10.0)
     assert action == Call(cands[1], 10.0)
 
@@ -458,7 +440,7 @@ def test_the_attempt_cap_wins_over_retries_and_chain_length() -> None:
 def test_the_deadline_wins() -> None:
     cands = chain("p", "a")
     last = Attempt(cands[0], F.RATE_LIMIT, at=1.0)
-    policy = ResiliencePolicy(enabled=True, deadline=5.0)
+    policy = ResiliencePolicy(enabled=True, deadline_seconds=5.0)
     assert plan(cands, [last], policy=policy, now=5.0, started=0.0) == GiveUp(GiveUpReason.DEADLINE, last)
 
 
@@ -501,7 +483,7 @@ def test_after_the_first_byte_the_cap_and_deadline_still_name_the_original_failu
     assert plan(cands, [broke], policy=ResiliencePolicy(enabled=True, max_attempts=1)) == GiveUp(
         GiveUpReason.MAX_ATTEMPTS, broke
     )
-    assert plan(cands, [broke], policy=ResiliencePolicy(enabled=True, deadline=2.0)) == GiveUp(
+    assert plan(cands, [broke], policy=ResiliencePolicy(enabled=True, deadline_seconds=2.0)) == GiveUp(
         GiveUpReason.DEADLINE, broke
     )
 
@@ -530,7 +512,7 @@ _policies = st.builds(
     backoff_cap_ms=st.integers(0, 5_000),
     retry_after_cap_seconds=st.floats(0, 10),
     max_attempts=st.integers(1, 20),
-    deadline=st.one_of(st.sampled_from([0.5, 1.0, 2.0]), st.floats(0.5, 60)),
+    deadline_seconds=st.one_of(st.sampled_from([0.5, 1.0, 2.0]), st.floats(0.5, 60)),
 )
 
 
@@ -625,7 +607,7 @@ def test_property_two_calls_to_one_target_are_never_closer_than_the_floor(req: d
 def test_property_never_a_call_after_the_deadline(req: dict[str, object]) -> None:
     policy, calls, _ = _simulate(req)
     for _target, at, _allowed in calls[1:]:
-        assert at < policy.deadline
+        assert at < policy.deadline_seconds
 
 
 @settings(max_examples=400, deadline=None)

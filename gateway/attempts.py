@@ -1,0 +1,939 @@
+"""The attempt loop: which target a chat request calls, calling it, and relaying its answer.
+
+`AttemptLoop.run` asks the planner (gateway.resilience.next_action, pure) what to call; with the chain's
+resilience policy off that is one call, chosen by the default rule (the primary if its circuit allows,
+else the first chain entry whose circuit does, else the primary anyway), exactly as before the policy
+existed. With the policy on, each failed attempt goes back to the planner, which retries the same target,
+moves to the next entry, continues a broken stream on an entry that supports assistant prefill, or gives
+up; docs/resilience.md has the rules and a timeline per failure kind.
+
+Every call `allow()` let through reports exactly one outcome to the breaker, before the response's last
+bytes; the request's log record is handed over once, also before them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+import orjson
+
+from core.crypto import credential_unavailable_message
+from gateway.errors import openai_error, sse_error
+from gateway.exchange import SSE_HEADERS, Exchange, Reject, ms, respond
+from gateway.resilience import (
+    NOT_RETRYABLE,
+    Attempt,
+    Call,
+    Candidate,
+    Continue,
+    FailureClass,
+    GiveUp,
+    GiveUpReason,
+    ResiliencePolicy,
+    classify,
+    next_action,
+    retry_after,
+)
+from gateway.snapshot import ProviderInfo, Snapshot, Target
+from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
+from gateway.upstream.openai import OpenAIAdapter
+from gateway.upstream.transport import RequestBody
+from health.breaker.base import BreakerEngine
+from health.breaker.types import Decision, Outcome
+
+ADAPTERS: dict[str, type[Adapter]] = {"openai": OpenAIAdapter}
+PREFILL = "assistant_prefill"  # the catalog capability a continuation needs
+_OFF = ResiliencePolicy()
+_DONE = b"data: [DONE]"
+_CLOSE = b"data: [DONE]\n\n"
+# A finish reason in a chunk of a passed-through stream (the default path does not parse its events).
+_FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
+_ONE_ATTEMPT = (b"x-vidai-attempts", b"1")
+_NOT_RETRYABLE_STATUS = 400  # what the breaker is told of an error event it must not count
+
+
+class _Circuit:
+    """A candidate's `allows`: asks the engine and keeps the decision, to report the call's outcome."""
+
+    __slots__ = ("decision", "engine", "model", "provider")
+
+    def __init__(self, engine: BreakerEngine, provider: str, model: str) -> None:
+        self.engine, self.provider, self.model = engine, provider, model
+        self.decision: Decision | None = None
+
+    def __call__(self) -> bool:
+        self.decision = self.engine.allow(self.provider, self.model)
+        return self.decision.allowed
+
+
+@dataclass(slots=True)
+class _Failure:
+    """One failed attempt as the client may be told of it (the planner's Attempt plus what it needs)."""
+
+    attempt: Attempt
+    kind: str  # the log's error: upstream_status, timeout, connect_timeout, first_token_timeout, ...
+    message: str
+    response: UpstreamResponse | None = None  # an error response, returned unchanged on giving up
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # its attribution headers
+
+
+@dataclass(slots=True)
+class _Progress:
+    """What one attempt's stream has done so far."""
+
+    content: bool = False  # an event carrying part of the answer arrived (the first token)
+    malformed: int = 0  # `data:` lines that were not JSON objects, dropped
+    held: list[bytes] = field(default_factory=list)  # events before the first token, sent with it
+    error: dict[str, Any] | None = None  # the error event that ended the stream
+
+
+@dataclass(slots=True)
+class _Stream:
+    """What the client has received of a stream so far (resilient path)."""
+
+    committed: bool = False  # response headers and at least one event sent
+    ident: Any = None  # the first part's `id`: a continuation's events carry it too
+    text: list[str] = field(default_factory=list)  # content delivered, for the prefill
+    tool_calls: bool = False  # a tool call was (partly) delivered: no prefill can continue it
+    finished: bool = False  # a finish reason was relayed
+    done: bool = False  # the upstream sent [DONE]
+    usage: list[dict[str, int]] = field(default_factory=list)  # usage of each part that reported one
+
+
+class AttemptLoop:
+    """The attempt loop of one gateway process. Its collaborators are GatewayApp's: passed in, not imported."""
+
+    def __init__(
+        self,
+        *,
+        engine: Callable[[], BreakerEngine],
+        adapter: Callable[[ProviderInfo], Adapter],
+        renamed: Callable[[bytes, str], Awaitable[bytes]],
+        release_body: Callable[[Exchange], None],
+        log: Callable[[Exchange], None],
+        deadline_seconds: float,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._engine = engine
+        self._adapter = adapter
+        self._renamed = renamed
+        self._release_body = release_body
+        self._log = log
+        self.deadline = deadline_seconds
+        # The planner's time (backoff, Retry-After, the policy deadline): injectable, with `sleep`, for tests.
+        self.clock = clock
+        self.sleep = sleep
+        self.rng = rng or random.Random()
+
+    # -- choosing ------------------------------------------------------------------------------------------
+    async def run(self, call: Exchange, snap: Snapshot, send: Any) -> None:
+        """Answer `call`: the default rule's one call, or the resilience policy's attempts."""
+        assert call.route is not None
+        route = call.route
+        engine = self._engine()
+        policy = route.chain.resilience if route.chain is not None else _OFF
+        primary_ok = _callable(snap, route.primary)
+        candidates = _candidates(snap, route.primary, route.chain.entries if route.chain else (), primary_ok, engine)
+        started = self.clock()
+        action = next_action(
+            candidates=candidates, policy=policy, attempts=(), now=started, started=started, rng=self.rng
+        )
+        if isinstance(action, GiveUp) or (isinstance(action, Call) and action.optimistic):
+            # Nothing allows a call: the primary anyway ("optimistic primary"), unless it cannot be called
+            # or an operator holds it.
+            self._refuse_unless_optimistic(snap, call, engine, primary_ok)
+            call.optimistic = True
+            decision = None
+            target = candidates[0]
+        else:
+            assert isinstance(action, Call)
+            target = action.target
+            decision = _decision(target)
+        if not policy.enabled:
+            await self._single(call, snap, send, target, decision)
+            return
+        call.resilient = True
+        await self._resilient(call, snap, send, candidates, policy, target, decision, started)
+
+    def _refuse_unless_optimistic(
+        self, snap: Snapshot, call: Exchange, engine: BreakerEngine, primary_ok: bool
+    ) -> None:
+        assert call.route is not None
+        primary = call.route.primary
+        if not primary_ok:
+            provider = snap.providers.get(primary.provider)
+            if provider is not None and provider.credential_unavailable:
+                message = credential_unavailable_message(provider.name)
+                raise Reject(502, message, kind="upstream_error", code="credential_unavailable")
+            message = (
+                f"Provider `{primary.provider}` is not configured."
+                if provider is None
+                else f"Provider `{provider.name}` speaks `{provider.protocol}`, which this gateway cannot call yet."
+            )
+            raise Reject(502, message, kind="server_error", code="no_route")
+        # An operator's hold (forced open, or the provider drained) means no traffic at all: never the
+        # optimistic attempt. Asked only here, once every entry has been refused.
+        if engine.hold(primary.provider, primary.model) is not None:
+            raise Reject(
+                503,
+                f"`{primary.provider} / {primary.model}` is held open by an operator and no "
+                "fallback entry is available; retry later.",
+                kind="server_error",
+                code="circuit_held",
+            )
+
+    # -- the default path: one call ------------------------------------------------------------------------
+    async def _single(
+        self, call: Exchange, snap: Snapshot, send: Any, target: Candidate, decision: Decision | None
+    ) -> None:
+        """Call one target. Reports exactly one outcome for `decision`, before the response's last bytes."""
+        engine = self._engine()
+        reported = False
+
+        def report(outcome: Outcome) -> None:
+            nonlocal reported
+            if not reported:
+                reported = True
+                if decision is not None:
+                    engine.record(decision, outcome)
+
+        try:
+            await self._single_inner(call, snap, send, target, report)
+        except asyncio.CancelledError:
+            report(Outcome.cancelled())
+            raise
+        finally:
+            # Anything unexpected still reports (as a connection error) so no probe slot is held.
+            report(Outcome.connection_error())
+
+    async def _single_inner(
+        self, call: Exchange, snap: Snapshot, send: Any, target: Candidate, report: Callable[[Outcome], None]
+    ) -> None:
+        served = Target(target.provider, target.model)
+        _serve(call, served, target.step)
+        headers = [*_attribution(call, served), _ONE_ATTEMPT]
+        adapter = self._adapter(snap.providers[target.provider])
+        # Exactly what was validated goes upstream, in one copy: the raw bytes (no key repeats, so they say
+        # what the parsed object said) unless the model changes, then the body parsed again and re-serialised.
+        if target.model != call.requested_model:
+            call.raw = await self._renamed(call.raw, target.model)
+        # The transport holds the only reference from here and drops it once the bytes are written.
+        body = RequestBody(call.raw, on_sent=lambda: self._release_body(call))
+        call.raw = b""
+        attempt = _attempt_record(call, served)
+        t0 = time.perf_counter()
+        deadline = asyncio.get_running_loop().time() + self.deadline
+        try:
+            async with asyncio.timeout_at(deadline):
+                try:
+                    response = await adapter.chat(body, stream=call.stream)
+                finally:
+                    body.sent()  # the upstream has the request (or never will): its bytes can go
+        except (UpstreamError, TimeoutError) as exc:
+            kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
+            message = exc.message if isinstance(exc, UpstreamError) else "The upstream exceeded the deadline."
+            attempt["error"], attempt["duration_ms"] = kind, ms(t0)
+            status = 504 if kind == "timeout" else 502
+            call.status, call.error_kind = status, kind
+            report(_outcome_of(kind))
+            self._log(call)
+            await respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
+            return
+        except asyncio.CancelledError:
+            attempt["error"], attempt["duration_ms"] = "cancelled", ms(t0)
+            raise
+        attempt["status"] = response.status
+        if response.stream is None:
+            attempt["duration_ms"] = ms(t0)
+            call.status = response.status
+            call.ttfb = (time.perf_counter() - call.started) * 1000
+            if response.status == 200:
+                _usage_from_body(call, response.body)
+            else:
+                call.error_kind = "upstream_status"
+            report(Outcome.of_status(response.status))
+            self._log(call)
+            await respond(send, response.status, response.body, headers=response.headers, extra=headers)
+            return
+        await self._relay_stream(call, send, response, headers, attempt, t0, deadline, report)
+
+    async def _relay_stream(
+        self,
+        call: Exchange,
+        send: Any,
+        response: UpstreamResponse,
+        headers: list[tuple[bytes, bytes]],
+        attempt: dict[str, Any],
+        t0: float,
+        deadline: float,
+        report: Callable[[Outcome], None],
+    ) -> None:
+        """Pass SSE chunks through as they arrive; committed after the first one."""
+        assert response.stream is not None
+        started = False
+        finished = False
+        tail = b""
+        pending = b""  # an incomplete SSE line that may carry usage
+        try:
+            async with asyncio.timeout_at(deadline):
+                async for chunk in response.stream:
+                    if not chunk:
+                        continue
+                    if not started:
+                        await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]})
+                        call.status = 200
+                        call.ttfb = (time.perf_counter() - call.started) * 1000
+                        started = True
+                    if pending or b'"usage"' in chunk:
+                        pending = _usage_from_sse(call, pending + chunk)
+                    if not finished and b"finish_reason" in chunk:
+                        finished = _FINISHED.search(tail + chunk) is not None
+                    tail = (tail + chunk)[-64:]
+                    await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except (UpstreamError, TimeoutError) as exc:
+            kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
+            message = exc.message if isinstance(exc, UpstreamError) else "the upstream exceeded the deadline"
+            attempt["error"], attempt["duration_ms"] = kind, ms(t0)
+            report(Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
+            if not started:
+                # Nothing was committed yet: answer with a plain error status.
+                status = 504 if kind == "timeout" else 502
+                call.status, call.error_kind = status, kind
+                self._log(call)
+                await respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
+                return
+            await self._end_interrupted(call, send, f"The upstream stream was interrupted: {message}")
+            return
+        except asyncio.CancelledError:
+            attempt["error"], attempt["duration_ms"] = "cancelled", ms(t0)
+            raise
+        attempt["duration_ms"] = ms(t0)
+        complete = _DONE in tail or finished
+        if not complete and started:
+            # Ended cleanly but without a finish reason or [DONE]: a truncated answer, never made to look whole.
+            attempt["error"] = "stream_incomplete"
+            report(Outcome.connection_error())
+            await self._end_interrupted(
+                call, send, "The upstream ended the stream before its answer was complete.", code="stream_incomplete"
+            )
+            return
+        report(Outcome.of_status(200))
+        if not started:
+            await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]})
+            call.status = 200
+        self._log(call)
+        # An upstream whose answer finished but that did not send [DONE] is finished cleanly for the client.
+        if _DONE in tail:
+            closing = b""
+        else:
+            closing = (b"" if not tail or tail.endswith(b"\n\n") else b"\n\n") + _CLOSE
+        await send({"type": "http.response.body", "body": closing, "more_body": False})
+
+    async def _end_interrupted(
+        self, call: Exchange, send: Any, message: str, *, code: str = "stream_interrupted"
+    ) -> None:
+        """End a committed stream with an error event and never [DONE], so it never looks complete."""
+        call.error_kind = code
+        self._log(call)
+        await send({"type": "http.response.body", "more_body": False, "body": sse_error(message, code=code)})
+
+    # -- the resilience policy -------------------------------------------------------------------------------
+    async def _resilient(
+        self,
+        call: Exchange,
+        snap: Snapshot,
+        send: Any,
+        candidates: list[Candidate],
+        policy: ResiliencePolicy,
+        target: Candidate,
+        decision: Decision | None,
+        started: float,
+    ) -> None:
+        """Attempts until one answers or the planner gives up. The body stays in memory until the end."""
+        original = call.raw
+        call.raw = b""
+        loop_deadline = asyncio.get_running_loop().time() + min(self.deadline, policy.deadline_seconds)
+        stream = _Stream() if call.stream else None
+        failures: list[_Failure] = []
+        action: Call | Continue | GiveUp = Call(target, started)
+        try:
+            while True:
+                if isinstance(action, GiveUp):
+                    await self._give_up(call, send, action, failures, stream)
+                    return
+                target = action.target
+                if isinstance(action, Call):
+                    wait = action.not_before - self.clock()
+                    if wait > 0:
+                        await self.sleep(wait)
+                failure = await self._try(
+                    call, snap, send, target, decision, policy, original, stream, loop_deadline, candidates
+                )
+                if failure is None:
+                    return
+                failures.append(failure)
+                action = next_action(
+                    candidates=candidates,
+                    policy=policy,
+                    attempts=[f.attempt for f in failures],
+                    now=self.clock(),
+                    started=started,
+                    rng=self.rng,
+                )
+                if isinstance(action, Continue) and stream is not None and not _can_continue(stream, original):
+                    # The planner asked the circuit (it may have granted the probe): free it, uncalled.
+                    held = _decision(action.target)
+                    if held is not None:
+                        self._engine().record(held, Outcome.cancelled())
+                    broke = next(f.attempt for f in failures if f.attempt.delivered)
+                    action = GiveUp(GiveUpReason.NO_CONTINUATION, broke)
+                call.attempts[-1]["next"] = _next_label(action, failure)
+                decision = _decision(action.target) if not isinstance(action, GiveUp) else None
+        finally:
+            self._release_body(call)
+
+    async def _try(
+        self,
+        call: Exchange,
+        snap: Snapshot,
+        send: Any,
+        target: Candidate,
+        decision: Decision | None,
+        policy: ResiliencePolicy,
+        original: bytes,
+        stream: _Stream | None,
+        loop_deadline: float,
+        candidates: list[Candidate],
+    ) -> _Failure | None:
+        """One attempt: None when it answered the client, else its failure (nothing more sent, or the
+        stream's delivered part, which the next attempt continues)."""
+        engine = self._engine()
+        reported = False
+
+        def report(outcome: Outcome) -> None:
+            nonlocal reported
+            if not reported:
+                reported = True
+                if decision is not None:
+                    engine.record(decision, outcome)
+
+        provider = snap.providers[target.provider]
+        served = Target(target.provider, target.model)
+        continuation = stream is not None and stream.committed
+        # The log names the target that answered last (a continuation's, whose usage is nearly all of it).
+        _serve(call, served, target.step)
+        record = _attempt_record(call, served)
+        if continuation:
+            record["continuation"] = True
+        at = self.clock()
+        t0 = time.perf_counter()
+        try:
+            body = await self._body(call, original, target.model, stream if continuation else None)
+            failure = await self._call(
+                call, send, provider, served, target, body, policy, stream, loop_deadline, record, report, at
+            )
+        except asyncio.CancelledError:
+            record["error"], record["duration_ms"] = "cancelled", ms(t0)
+            report(Outcome.cancelled())
+            raise
+        finally:
+            report(Outcome.connection_error())
+        if record["duration_ms"] == 0.0:
+            record["duration_ms"] = ms(t0)
+        if failure is not None:
+            record["class"] = str(failure.attempt.failure)
+        return failure
+
+    async def _body(self, call: Exchange, original: bytes, model: str, stream: _Stream | None) -> bytes:
+        """The request for this attempt: the client's, renamed to the target's model, and for a continuation
+        the text delivered so far as a trailing assistant message."""
+        if stream is None:
+            if model == call.requested_model:
+                return original
+            return await self._renamed(original, model)
+        payload = orjson.loads(original)
+        payload["model"] = model
+        text = "".join(stream.text)
+        if text:
+            payload["messages"] = [*payload["messages"], {"role": "assistant", "content": text}]
+        return orjson.dumps(payload)
+
+    async def _call(
+        self,
+        call: Exchange,
+        send: Any,
+        provider: ProviderInfo,
+        served: Target,
+        target: Candidate,
+        body: bytes,
+        policy: ResiliencePolicy,
+        stream: _Stream | None,
+        loop_deadline: float,
+        record: dict[str, Any],
+        report: Callable[[Outcome], None],
+        at: float,
+    ) -> _Failure | None:
+        """Send the request and read the answer under the attempt's timeouts: connect (the provider's or
+        the policy's, whichever is shorter), first token and stream idle (streams only: the provider's
+        setting, else the policy's), and the request's deadline over everything."""
+        adapter = self._adapter(provider)
+        headers = _attribution(call, served)
+        connect = min(provider.connect_timeout, policy.connect_timeout_seconds)
+        first_token = provider.first_token_timeout or policy.first_token_timeout_seconds
+        idle = provider.idle_timeout or policy.idle_timeout_seconds
+        progress = _Progress()
+        loop = asyncio.get_running_loop()
+        t0 = time.perf_counter()
+        response: UpstreamResponse | None = None
+        try:
+            async with asyncio.timeout_at(loop_deadline):
+                # A non-streamed answer arrives whole: its wait is the provider's read timeout and the deadline.
+                async with asyncio.timeout(first_token if call.stream else None) as timer:
+                    response = await adapter.chat(body, stream=call.stream, connect_timeout=connect)
+                    record["status"] = response.status
+                    if response.stream is not None:
+                        assert stream is not None
+                        await self._relay(call, send, response.stream, headers, stream, timer, idle, progress)
+        except UpstreamError as exc:
+            kind = "connect_timeout" if exc.connect_timeout else exc.kind
+            return self._failed(record, report, target, at, kind, exc.message, headers, t0, stream, progress)
+        except TimeoutError:
+            if loop.time() >= loop_deadline:
+                kind, message = "deadline", "The request's deadline passed."
+            elif progress.content:
+                kind, message = "idle_timeout", f"{target.provider} sent nothing for {idle:g} s."
+            else:
+                kind, message = "first_token_timeout", f"{target.provider} sent no token within {first_token:g} s."
+            return self._failed(record, report, target, at, kind, message, headers, t0, stream, progress)
+        finally:
+            if response is not None and response.stream is not None:
+                await _close(response.stream)
+        if response.stream is None:
+            record["duration_ms"] = ms(t0)
+            return await self._answered(call, send, response, headers, record, report, target, at, stream)
+        assert stream is not None
+        if progress.error is not None:
+            message = _error_message(progress.error) or f"{target.provider} sent an error event."
+            return self._failed(
+                record, report, target, at, "error_event", message, headers, t0, stream, progress, body=progress.error
+            )
+        if not (stream.done or stream.finished):
+            message = f"{target.provider} ended the stream before its answer was complete."
+            return self._failed(record, report, target, at, "stream_incomplete", message, headers, t0, stream, progress)
+        record["duration_ms"] = ms(t0)
+        if progress.malformed:
+            record["malformed_events"] = progress.malformed
+        report(Outcome.of_status(200))
+        if not stream.committed:
+            # A stream that ended with no content (only a role delta, or nothing): still a whole answer.
+            await self._commit(call, send, headers, stream)
+            if progress.held:
+                await send({"type": "http.response.body", "body": b"".join(progress.held), "more_body": True})
+        _sum_usage(call, stream)
+        self._log(call)
+        await send({"type": "http.response.body", "body": _CLOSE, "more_body": False})
+        return None
+
+    def _failed(
+        self,
+        record: dict[str, Any],
+        report: Callable[[Outcome], None],
+        target: Candidate,
+        at: float,
+        kind: str,
+        message: str,
+        headers: list[tuple[bytes, bytes]],
+        t0: float,
+        stream: _Stream | None,
+        progress: _Progress,
+        *,
+        body: Any = None,
+    ) -> _Failure:
+        """A failure without a usable response: a transport error, a timeout, an error event, a cut."""
+        record["error"], record["duration_ms"] = kind, ms(t0)
+        if progress.malformed:
+            record["malformed_events"] = progress.malformed
+        failure = classify(None, kind, body)
+        if failure in NOT_RETRYABLE:
+            report(Outcome.of_status(_NOT_RETRYABLE_STATUS))
+        else:
+            report(_outcome_of(kind))
+        delivered = stream is not None and stream.committed
+        return _Failure(Attempt(target, failure, at, delivered=delivered), kind, message, headers=headers)
+
+    async def _answered(
+        self,
+        call: Exchange,
+        send: Any,
+        response: UpstreamResponse,
+        headers: list[tuple[bytes, bytes]],
+        record: dict[str, Any],
+        report: Callable[[Outcome], None],
+        target: Candidate,
+        at: float,
+        stream: _Stream | None,
+    ) -> _Failure | None:
+        """A complete (non-streamed) response: 200 answers the client; an error status is a failure."""
+        report(Outcome.of_status(response.status))
+        if response.status == 200:
+            call.status = 200
+            call.ttfb = (time.perf_counter() - call.started) * 1000
+            _usage_from_body(call, response.body)
+            self._log(call)
+            await respond(send, 200, response.body, headers=response.headers, extra=[*headers, _attempts(call)])
+            return None
+        record["error"] = "upstream_status"
+        failure = classify(response.status, None, response.body)
+        wait = retry_after(response.headers, time.time())
+        delivered = stream is not None and stream.committed
+        attempt = Attempt(target, failure, at, delivered=delivered, status=response.status, retry_after=wait)
+        if wait is not None:
+            record["retry_after"] = wait
+        message = f"{target.provider} answered {response.status}."
+        return _Failure(attempt, "upstream_status", message, response=response, headers=headers)
+
+    async def _commit(self, call: Exchange, send: Any, headers: list[tuple[bytes, bytes]], stream: _Stream) -> None:
+        call.status = 200
+        call.ttfb = (time.perf_counter() - call.started) * 1000
+        start = [*SSE_HEADERS, *headers, _attempts(call)]
+        await send({"type": "http.response.start", "status": 200, "headers": start})
+        stream.committed = True
+
+    async def _relay(
+        self,
+        call: Exchange,
+        send: Any,
+        chunks: AsyncIterator[bytes],
+        headers: list[tuple[bytes, bytes]],
+        stream: _Stream,
+        timer: asyncio.Timeout,
+        idle: float,
+        progress: _Progress,
+    ) -> None:
+        """Relay a stream event by event until it ends or sends an error event (kept in `progress`).
+        Malformed events are dropped and counted; events before the first that carries an answer (a
+        role-only delta) are held and sent with it, so a failure before it still moves on cleanly; from
+        the first answer on, the first-token timer becomes the idle timer."""
+        continuation = stream.committed
+        loop = asyncio.get_running_loop()
+        rest = b""
+        async for chunk in chunks:
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            out: list[bytes] = []
+            for raw_line in lines:
+                line = raw_line.rstrip(b"\r")
+                if not line.startswith(b"data:"):
+                    continue  # blank lines, comments, event names: the client gets this gateway's framing
+                payload = line[5:].strip()
+                if payload == b"[DONE]":
+                    stream.done = True
+                    continue
+                try:
+                    event = orjson.loads(payload)
+                except orjson.JSONDecodeError:
+                    progress.malformed += 1
+                    continue
+                if not isinstance(event, dict):
+                    progress.malformed += 1
+                    continue
+                if "error" in event:
+                    progress.error = event
+                    break
+                encoded = self._event(stream, event, continuation, payload)
+                if encoded is None:
+                    continue
+                if not progress.content and not _has_answer(event):
+                    progress.held.append(encoded)
+                    continue
+                progress.content = True
+                out.extend(progress.held)
+                progress.held.clear()
+                out.append(encoded)
+            if out:
+                if not stream.committed:
+                    await self._commit(call, send, headers, stream)
+                await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+            if progress.error is not None:
+                return
+            if progress.content:
+                timer.reschedule(loop.time() + idle)
+
+    def _event(self, stream: _Stream, event: dict[str, Any], continuation: bool, payload: bytes) -> bytes | None:
+        """One event as the client gets it (None: dropped). Tracks what was delivered; a continuation's
+        events take the first part's id, lose their role delta, and the final usage sums the parts."""
+        choices = event.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices and isinstance(choices[0], dict) else None
+        delta = choice.get("delta") if choice is not None else None
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            counted = _counted(usage)
+            if counted is not None:
+                stream.usage.append(counted)
+        if not continuation:
+            if stream.ident is None:
+                stream.ident = event.get("id")
+        if isinstance(delta, dict):
+            content = delta.get("content")
+            if isinstance(content, str) and content:
+                stream.text.append(content)
+            if delta.get("tool_calls"):
+                stream.tool_calls = True
+        if choice is not None and choice.get("finish_reason"):
+            stream.finished = True
+        if not continuation:
+            return b"data: " + payload + b"\n\n"
+        event["id"] = stream.ident
+        if isinstance(delta, dict):
+            delta.pop("role", None)
+            if not delta and not (choice is not None and choice.get("finish_reason")) and not isinstance(usage, dict):
+                return None
+        if isinstance(usage, dict) and len(stream.usage) > 1:
+            event["usage"] = _usage_total(stream.usage)
+        return b"data: " + orjson.dumps(event) + b"\n\n"
+
+    async def _give_up(
+        self, call: Exchange, send: Any, action: GiveUp, failures: list[_Failure], stream: _Stream | None
+    ) -> None:
+        """The client gets the failure the planner names: the provider's own error response unchanged, a
+        gateway error for a transport failure, or, once a stream has started, an error event naming the
+        failure that broke it (never [DONE])."""
+        chosen = next((f for f in failures if f.attempt is action.last_failure), failures[-1])
+        if stream is not None and stream.committed:
+            if stream.usage:
+                _sum_usage(call, stream)
+            await self._end_interrupted(
+                call, send, f"The upstream stream was interrupted: {chosen.message}", code=_stream_code(chosen.kind)
+            )
+            return
+        extra = [*chosen.headers, _attempts(call)]
+        response = chosen.response
+        if response is not None:
+            call.status, call.error_kind = response.status, "upstream_status"
+            self._log(call)
+            await respond(send, response.status, response.body, headers=response.headers, extra=extra)
+            return
+        timeout = chosen.attempt.failure is FailureClass.TIMEOUT
+        status = 504 if timeout else 502
+        call.status, call.error_kind = status, chosen.kind
+        self._log(call)
+        body = openai_error(chosen.message, kind="upstream_error", code=chosen.kind)
+        await respond(send, status, body, extra=extra)
+
+
+# -- helpers -----------------------------------------------------------------------------------------------
+
+
+def _callable(snap: Snapshot, target: Target) -> bool:
+    provider = snap.providers.get(target.provider)
+    # A provider whose stored key cannot be decrypted is skipped like an unknown protocol: the chain
+    # serves, and its circuit is never consulted (a configuration fault is not the provider being down).
+    return provider is not None and provider.protocol in ADAPTERS and not provider.credential_unavailable
+
+
+def _candidates(
+    snap: Snapshot, primary: Target, entries: tuple[Target, ...], primary_ok: bool, engine: BreakerEngine
+) -> list[Candidate]:
+    """The primary (when this gateway can call it), then each callable chain entry, with its step."""
+    out = []
+    if primary_ok:
+        out.append(_candidate(snap, primary, 0, engine))
+    for step, entry in enumerate(entries, start=1):
+        # An entry this gateway cannot call is skipped before it could take a probe slot.
+        if _callable(snap, entry):
+            out.append(_candidate(snap, entry, step, engine))
+    if not primary_ok:
+        # The planner's optimistic call names candidates[0]; run() refuses it when the primary is not callable.
+        out.insert(0, Candidate(primary.provider, primary.model, None, False, _never, 0))
+    return out
+
+
+def _never() -> bool:
+    return False
+
+
+def _candidate(snap: Snapshot, target: Target, step: int, engine: BreakerEngine) -> Candidate:
+    model = snap.models.get(target.model)
+    window = model.context_window if model is not None else None
+    prefill = model is not None and PREFILL in model.capabilities
+    return Candidate(
+        target.provider, target.model, window, prefill, _Circuit(engine, target.provider, target.model), step
+    )
+
+
+def _decision(target: Candidate) -> Decision | None:
+    circuit = target.allows
+    return circuit.decision if isinstance(circuit, _Circuit) else None
+
+
+def _serve(call: Exchange, served: Target, step: int) -> None:
+    call.served, call.chain_step = served, step
+    call.fallback = step > 0
+
+
+def _attempt_record(call: Exchange, served: Target) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "provider": served.provider,
+        "model": served.model,
+        "status": None,
+        "error": None,
+        "duration_ms": 0.0,
+    }
+    call.attempts.append(record)
+    return record
+
+
+def _attribution(call: Exchange, target: Target) -> list[tuple[bytes, bytes]]:
+    assert call.route is not None
+    headers = [(b"x-vidai-model", target.model.encode()), (b"x-vidai-request-id", call.request_id.encode())]
+    if call.requested_model != target.model:
+        headers.append((b"x-vidai-requested-model", call.requested_model.encode()))
+    if call.fallback:
+        headers.append((b"x-vidai-fallback", b"true"))
+        headers.append((b"x-vidai-fallback-from", call.route.primary.provider.encode()))
+    return headers
+
+
+def _attempts(call: Exchange) -> tuple[bytes, bytes]:
+    """`x-vidai-attempts`: upstream calls made for this request so far (a continuation adds one later)."""
+    return (b"x-vidai-attempts", str(len(call.attempts)).encode())
+
+
+def _has_answer(event: dict[str, Any]) -> bool:
+    """Whether an event carries part of the answer (content, a tool call, a finish reason, usage)."""
+    if event.get("usage"):
+        return True
+    choices = event.get("choices")
+    if not isinstance(choices, list):
+        return True  # an unknown event shape: relay it as it is
+    for choice in choices:
+        if not isinstance(choice, dict):
+            continue
+        if choice.get("finish_reason"):
+            return True
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and (delta.get("content") or delta.get("tool_calls") or delta.get("refusal")):
+            return True
+    return False
+
+
+def _can_continue(stream: _Stream, original: bytes) -> bool:
+    """A prefill can continue text, not a tool call, and only a single-choice answer."""
+    if stream.tool_calls:
+        return False
+    try:
+        payload = orjson.loads(original)
+    except orjson.JSONDecodeError:
+        return False
+    n = payload.get("n") if isinstance(payload, dict) else None
+    return n in (None, 1)
+
+
+def _next_label(action: Call | Continue | GiveUp, failure: _Failure) -> str:
+    """What the request did after this attempt failed, for its log record."""
+    if isinstance(action, GiveUp):
+        return f"give_up:{action.reason}"
+    if isinstance(action, Continue):
+        return "continue"
+    return "retry" if action.target.key == failure.attempt.target.key else "move_on"
+
+
+def _stream_code(kind: str) -> str:
+    return "stream_interrupted" if kind != "stream_incomplete" else kind
+
+
+def _error_message(body: Any) -> str:
+    if isinstance(body, dict):
+        error = body.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])[:500]
+    return ""
+
+
+async def _close(chunks: Any) -> None:
+    """Release an upstream stream's connection (an abandoned one is closed, never reused)."""
+    aclose = getattr(chunks, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+def _counted(usage: dict[str, Any]) -> dict[str, int] | None:
+    tokens_in, tokens_out = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if not (_count(tokens_in) or _count(tokens_out)):
+        return None
+    return {
+        "prompt_tokens": tokens_in if _count(tokens_in) else 0,
+        "completion_tokens": tokens_out if _count(tokens_out) else 0,
+    }
+
+
+def _usage_total(parts: list[dict[str, int]]) -> dict[str, int]:
+    prompt = sum(p["prompt_tokens"] for p in parts)
+    completion = sum(p["completion_tokens"] for p in parts)
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _sum_usage(call: Exchange, stream: _Stream) -> None:
+    """The request's tokens: the sum of what each relayed part reported."""
+    if stream.usage:
+        total = _usage_total(stream.usage)
+        call.tokens_in, call.tokens_out = total["prompt_tokens"], total["completion_tokens"]
+
+
+def _usage_from_body(call: Exchange, body: bytes) -> None:
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return
+    if isinstance(data, dict):
+        _take_usage(call, data.get("usage"))
+
+
+def _usage_from_sse(call: Exchange, data: bytes) -> bytes:
+    """Read usage from complete `data:` lines; return an incomplete last line to carry over."""
+    lines = data.split(b"\n")
+    rest = lines.pop()
+    for line in lines:
+        if line.startswith(b"data: {") and b'"usage"' in line:
+            try:
+                event = orjson.loads(line[6:])
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event, dict):
+                _take_usage(call, event.get("usage"))
+    # Only a line that may still turn out to carry usage is kept, and never more than 64 KiB.
+    return rest if rest.startswith(b"data: {") and len(rest) < 65536 else b""
+
+
+def _take_usage(call: Exchange, usage: Any) -> None:
+    """Token counts only when they are what they claim: non-negative integers of sane size."""
+    if not isinstance(usage, dict):
+        return
+    tokens_in, tokens_out = usage.get("prompt_tokens"), usage.get("completion_tokens")
+    if _count(tokens_in):
+        call.tokens_in = tokens_in
+    if _count(tokens_out):
+        call.tokens_out = tokens_out
+
+
+def _count(value: Any) -> TypeGuard[int]:
+    return type(value) is int and 0 <= value < 2**31
+
+
+def _outcome_of(kind: str) -> Outcome:
+    """The breaker outcome of a call that produced no response. `credential_unavailable` (nothing was sent:
+    the stored key cannot be decrypted) is a configuration fault, not the provider failing: it is reported
+    as cancelled, which the breaker ignores and which still frees a probe slot."""
+    if kind in ("timeout", "connect_timeout", "first_token_timeout", "idle_timeout", "deadline"):
+        return Outcome.timeout()
+    if kind == "credential_unavailable":
+        return Outcome.cancelled()
+    return Outcome.connection_error()
