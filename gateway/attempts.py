@@ -40,7 +40,7 @@ from gateway.resilience import (
     next_action,
     retry_after,
 )
-from gateway.snapshot import ProviderInfo, Snapshot, Target
+from gateway.snapshot import ProviderInfo, Route, Snapshot, Target
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
 from gateway.upstream.openai import OpenAIAdapter
 from gateway.upstream.transport import RequestBody
@@ -132,6 +132,9 @@ class AttemptLoop:
         self.clock = clock
         self.sleep = sleep
         self.rng = rng or random.Random()
+        # Candidates per (primary, chain) for the current snapshot and engine (see _plan).
+        self._plans_for: tuple[Snapshot | None, BreakerEngine | None] = (None, None)
+        self._plans: dict[tuple[Target, int | None], tuple[bool, list[Candidate]]] = {}
 
     # -- choosing ------------------------------------------------------------------------------------------
     async def run(self, call: Exchange, snap: Snapshot, send: Any) -> None:
@@ -140,8 +143,7 @@ class AttemptLoop:
         route = call.route
         engine = self._engine()
         policy = route.chain.resilience if route.chain is not None else _OFF
-        primary_ok = _callable(snap, route.primary)
-        candidates = _candidates(snap, route.primary, route.chain.entries if route.chain else (), primary_ok, engine)
+        primary_ok, candidates = self._plan(snap, route, engine)
         started = self.clock()
         action = next_action(
             candidates=candidates, policy=policy, attempts=(), now=started, started=started, rng=self.rng
@@ -160,8 +162,24 @@ class AttemptLoop:
         if not policy.enabled:
             await self._single(call, snap, send, target, decision)
             return
-        call.resilient = True
         await self._resilient(call, snap, send, candidates, policy, target, decision, started)
+
+    def _plan(self, snap: Snapshot, route: Route, engine: BreakerEngine) -> tuple[bool, list[Candidate]]:
+        """The route's candidates, built once per snapshot and engine. Sharing them between concurrent
+        requests is safe: a `_Circuit` keeps the decision of its last `allows()`, and every caller reads it
+        right after asking, with no await in between (one event loop)."""
+        if snap is not self._plans_for[0] or engine is not self._plans_for[1]:
+            self._plans_for = (snap, engine)
+            self._plans = {}
+        key = (route.primary, route.chain.id if route.chain is not None else None)
+        plan = self._plans.get(key)
+        if plan is None:
+            primary_ok = _callable(snap, route.primary)
+            entries = route.chain.entries if route.chain is not None else ()
+            plan = (primary_ok, _candidates(snap, route.primary, entries, primary_ok, engine))
+            if len(self._plans) < 10_000:
+                self._plans[key] = plan
+        return plan
 
     def _refuse_unless_optimistic(
         self, snap: Snapshot, call: Exchange, engine: BreakerEngine, primary_ok: bool
@@ -373,7 +391,13 @@ class AttemptLoop:
                 if isinstance(action, Call):
                     wait = action.not_before - self.clock()
                     if wait > 0:
-                        await self.sleep(wait)
+                        try:
+                            await self.sleep(wait)
+                        except asyncio.CancelledError:
+                            # The client left during the backoff: the circuit's grant (maybe its probe) is unused.
+                            if decision is not None:
+                                self._engine().record(decision, Outcome.cancelled())
+                            raise
                 failure = await self._try(
                     call, snap, send, target, decision, policy, original, stream, loop_deadline, candidates
                 )
@@ -490,6 +514,7 @@ class AttemptLoop:
         first_token = provider.first_token_timeout or policy.first_token_timeout_seconds
         idle = provider.idle_timeout or policy.idle_timeout_seconds
         progress = _Progress()
+        usage_before = len(stream.usage) if stream is not None else 0
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         response: UpstreamResponse | None = None
@@ -531,6 +556,8 @@ class AttemptLoop:
         record["duration_ms"] = ms(t0)
         if progress.malformed:
             record["malformed_events"] = progress.malformed
+        if len(stream.usage) > usage_before:
+            record["usage"] = stream.usage[-1]  # this part's own; the request's tokens sum the parts
         report(Outcome.of_status(200))
         if not stream.committed:
             # A stream that ended with no content (only a role delta, or nothing): still a whole answer.

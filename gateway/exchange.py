@@ -44,7 +44,6 @@ class Exchange:
     route: Route | None = None
     stream: bool = False
     raw: bytes = b""  # the body as received, until it is written upstream (the parsed body is never kept)
-    resilient: bool = False  # the chain's resilience policy is on: the body is kept for further attempts
     served: Target | None = None
     chain_step: int = 0
     fallback: bool = False
@@ -57,8 +56,6 @@ class Exchange:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     logged: bool = False
     budget: int = 0  # bytes of the body budget this request holds
-    # Resilient chains: the price of tokens of a continued stream's earlier part, at its own model's rates.
-    extra_cost: float = 0.0
 
 
 class SendTracker:
