@@ -721,7 +721,8 @@ class AttemptLoop:
         event["id"] = stream.ident
         if isinstance(delta, dict):
             delta.pop("role", None)
-            if not delta and not (choice is not None and choice.get("finish_reason")) and not isinstance(usage, dict):
+            finishing = choice is not None and bool(choice.get("finish_reason"))
+            if not any(delta.values()) and not finishing and not isinstance(usage, dict):
                 return None
         if isinstance(usage, dict) and len(stream.usage) > 1:
             event["usage"] = _usage_total(stream.usage)

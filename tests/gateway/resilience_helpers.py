@@ -63,8 +63,17 @@ class Rig:
     time: VirtualTime
     sink: LogSink
     world: Any
+    # The last request's total time on the planner's clock: real time plus the waits it planned.
+    elapsed: float = 0.0
 
     def post(self, body: dict[str, Any] | None = None, **kwargs: Any) -> httpx.Response:
+        t0 = self.time.now()
+        try:
+            return self._post(body, **kwargs)
+        finally:
+            self.elapsed = self.time.now() - t0
+
+    def _post(self, body: dict[str, Any] | None = None, **kwargs: Any) -> httpx.Response:
         return httpx.post(
             f"{self.url}/v1/chat/completions",
             json=body or BODY,
@@ -75,6 +84,13 @@ class Rig:
 
     def stream(self, body: dict[str, Any] | None = None) -> tuple[httpx.Response, list[str]]:
         """The response and its `data:` payloads, in order."""
+        t0 = self.time.now()
+        try:
+            return self._stream(body)
+        finally:
+            self.elapsed = self.time.now() - t0
+
+    def _stream(self, body: dict[str, Any] | None) -> tuple[httpx.Response, list[str]]:
         with httpx.stream(
             "POST",
             f"{self.url}/v1/chat/completions",

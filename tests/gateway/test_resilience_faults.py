@@ -50,6 +50,7 @@ def test_429_with_retry_after_waits_that_long_then_retries_the_same_target(world
     assert r.calls() == {"openai": 2}
     assert r.time.waits == [pytest.approx(1.0, abs=0.01)], r.time.waits
     assert world.sim.gaps("openai")[0] >= 1.0
+    assert 1.0 <= r.elapsed < 60  # the Retry-After wait, within the deadline
     assert [(a["status"], a.get("next")) for a in log.attempts] == [(429, "retry"), (200, None)]
     assert log.attempts[0]["retry_after"] == 1.0
     assert log.attempts[0]["class"] == "rate_limit"
@@ -66,6 +67,7 @@ def test_429_with_retry_after_past_the_cap_moves_on_at_once(world):
     assert response.headers["x-vidai-attempts"] == "2"
     assert r.calls() == {"openai": 1, "backup": 1}
     assert r.time.waits == []
+    assert r.elapsed < 5.0  # never waited for the 30 s asked
 
 
 def test_429_with_retry_after_off_is_the_clients(world):
@@ -94,6 +96,7 @@ def test_429_without_retry_after_backs_off_with_jitter_then_moves_on(world):
     assert r.time.waits == [pytest.approx(planned, abs=2e-3)]
     assert 0.05 <= planned <= 0.2  # full jitter over [0, base], never below the floor
     assert world.sim.gaps("openai")[0] >= planned
+    assert planned <= r.elapsed < 60
     assert [a.get("next") for a in log.attempts] == ["retry", "move_on", None]
 
 
@@ -201,6 +204,7 @@ def test_timeouts_are_not_retried_on_the_same_target(world):
     assert r.calls() == {"openai": 1, "backup": 1}
     assert log.attempts[0]["error"] == "timeout" and log.attempts[0]["class"] == "timeout"
     assert r.time.waits == []
+    assert 0.5 <= r.elapsed < 60  # the read timeout, then the entry; never the hang's 600 s
 
 
 def test_hang_off_is_a_504_after_the_read_timeout(world):
@@ -224,6 +228,7 @@ def test_a_stream_that_never_answers_moves_on_after_the_first_token_timeout(worl
     assert content(events) == WORDS and events[-1] == "[DONE]"
     assert r.calls() == {"openai": 1, "backup": 1}
     assert log.attempts[0]["error"] == "first_token_timeout"
+    assert 0.5 <= r.elapsed < 60  # the first-token timeout, then the entry; never the hang's 600 s
 
 
 def test_a_slow_first_token_moves_on(world):
@@ -234,6 +239,7 @@ def test_a_slow_first_token_moves_on(world):
     assert response.headers["x-vidai-model"] == "claude"
     assert content(events) == WORDS
     assert r.calls() == {"openai": 1, "backup": 1}
+    assert r.elapsed >= 0.5
 
 
 def test_a_slow_first_token_off_is_waited_for(world):
@@ -244,6 +250,7 @@ def test_a_slow_first_token_off_is_waited_for(world):
     assert response.headers["x-vidai-model"] == "gpt-4o"
     assert content(events) == WORDS
     assert r.calls() == {"openai": 1}
+    assert r.elapsed >= 0.7  # the slow token was waited for
 
 
 def test_a_context_length_error_moves_only_to_a_larger_window(world):
@@ -358,6 +365,8 @@ def test_a_stream_cut_continues_on_an_entry_with_prefill_as_one_answer(world):
     parts = chunks(events)
     assert {c["id"] for c in parts} == {parts[0]["id"]}
     assert sum(1 for c in parts if (c["choices"] or [{}])[0].get("delta", {}).get("role")) == 1
+    # The continuation's own opening (a role delta with empty content) is not relayed.
+    assert [c["choices"][0]["delta"] for c in parts if c["choices"]][3] == {"content": "word3 "}
     assert sent["messages"][-1] == {"role": "assistant", "content": "word1 word2 "}
     assert sent["model"] == "claude"
     assert r.calls() == {"openai": 1, "backup": 1}
@@ -417,6 +426,7 @@ def test_a_stall_past_the_idle_timeout_continues(world):
     assert content(events) == WORDS and events[-1] == "[DONE]"
     assert r.calls() == {"openai": 1, "backup": 1}
     assert log.attempts[0]["error"] == "idle_timeout"
+    assert 0.5 <= r.elapsed < 60  # the idle timeout, then the continuation; never the stall's 600 s
 
 
 def test_a_stall_off_ends_with_an_error_after_the_read_timeout(world):
@@ -491,3 +501,61 @@ def test_a_failed_stream_before_its_first_byte_gives_the_last_providers_error(wo
     assert response.status_code == 503
     assert response.headers["x-vidai-model"] == "mistral"
     assert r.calls() == {"openai": 1, "backup": 1, "third": 1}
+
+
+# --- Refused connections and operator holds --------------------------------------------------------------
+
+
+def test_a_refused_connection_is_retried_then_moved_on(world):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    Provider.objects.filter(name="openai").update(base_url=f"http://127.0.0.1:{port}/openai/v1")
+    with rig(world, ON) as r:
+        response = r.post()
+        log = r.log()
+
+    assert response.status_code == 200
+    assert response.headers["x-vidai-model"] == "claude"
+    assert r.calls() == {"backup": 1}
+    assert [a["error"] for a in log.attempts] == ["connection_error", "connection_error", None]
+    assert [a.get("next") for a in log.attempts] == ["retry", "move_on", None]
+
+
+def _hold(r, *targets: tuple[str, str]) -> None:
+    from health.breaker.types import ConfigSet, Control, ControlKind
+    from tests.gateway.conftest import TEST_BREAKER
+
+    r.app.engine.configure(
+        ConfigSet(
+            default=TEST_BREAKER,
+            controls={
+                (p, m): Control(
+                    kind=ControlKind.DRAINED if not m else ControlKind.FORCED_OPEN, provider=p, model=m, reason="maint"
+                )
+                for p, m in targets
+            },
+        )
+    )
+
+
+def test_a_move_never_calls_a_held_entry(world):
+    with rig(world, ON) as r:
+        _hold(r, ("backup", ""))
+        r.fault("openai", mode="status", status=503)
+        response = r.post()
+
+    assert response.headers["x-vidai-model"] == "mistral"
+    assert r.calls() == {"openai": 2, "third": 1}
+
+
+def test_a_held_primary_without_an_available_entry_is_refused_with_the_policy_on(world):
+    with rig(world, ON) as r:
+        _hold(r, ("openai", "gpt-4o"), ("backup", ""), ("third", ""))
+        response = r.post()
+
+    assert response.status_code == 503
+    assert response.json()["error"]["code"] == "circuit_held"
+    assert r.calls() == {}
