@@ -398,9 +398,7 @@ class AttemptLoop:
                             if decision is not None:
                                 self._engine().record(decision, Outcome.cancelled())
                             raise
-                failure = await self._try(
-                    call, snap, send, target, decision, policy, original, stream, loop_deadline, candidates
-                )
+                failure = await self._try(call, snap, send, target, decision, policy, original, stream, loop_deadline)
                 if failure is None:
                     return
                 failures.append(failure)
@@ -435,7 +433,6 @@ class AttemptLoop:
         original: bytes,
         stream: _Stream | None,
         loop_deadline: float,
-        candidates: list[Candidate],
     ) -> _Failure | None:
         """One attempt: None when it answered the client, else its failure (nothing more sent, or the
         stream's delivered part, which the next attempt continues)."""

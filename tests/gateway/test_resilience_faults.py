@@ -177,11 +177,13 @@ def test_persistent_503_off_fails_until_the_circuit_opens(world):
 
 
 def test_a_primary_down_for_a_while_then_healthy_is_back_within_one_cooldown(world):
+    now = [1_000_000.0]
+    world.sim.clock = lambda: now[0]  # the simulator's wall clock decides `down_until`
     with rig(world, ON) as r:
-        r.fault("openai", mode="status", status=503)
+        r.fault("openai", mode="status", status=503, down_until=now[0] + 20)
         during = [r.post() for _ in range(4)]
-        r.fault("openai", mode="ok")  # recovered
-        r.clock.advance(31)  # one cooldown later: the probe succeeds and closes the circuit
+        now[0] += 25  # the outage is over...
+        r.clock.advance(31)  # ...and one cooldown later the probe succeeds and closes the circuit
         after = [r.post() for _ in range(3)]
 
     assert all(x.status_code == 200 and x.headers["x-vidai-model"] == "claude" for x in during)
