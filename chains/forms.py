@@ -1,6 +1,8 @@
 """Console input for the Fallback Chains tab: list state from the URL, and the chain editor."""
 
+import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -9,6 +11,7 @@ from django.http import QueryDict
 
 from catalog.enums import ScopeType
 from chains.models import MAX_ENTRIES
+from chains.resilience import KNOB_NAMES, KNOBS, Knob
 from chains.selectors import CHAIN_ORDERINGS, DEFAULT_CHAIN_ORDERING
 from chains.services import ChainInput, EntryInput
 from core.errors import ApplicationError
@@ -69,6 +72,191 @@ class ChainListForm(forms.Form):
 
 def list_params(query: QueryDict) -> ListParams:
     return ChainListForm(query).params()
+
+
+# ---------- The resilience policy (the chain editor's step and the global defaults page) ----------
+
+# Posted with the knobs: a post without it (an older page, a script) leaves the stored policy alone.
+RESILIENCE_MARKER = "resilience-present"
+RESILIENCE_PREFIX = "resilience-"
+
+
+@dataclass(frozen=True)
+class KnobText:
+    """How the console names a knob: the label, the unit after the input and plain-language help."""
+
+    label: str
+    unit: str
+    help: str
+
+
+KNOB_TEXT: dict[str, KnobText] = {
+    "max_retries": KnobText(
+        "Retries per target", "retries", "How often the same model is tried again before the next entry is."
+    ),
+    "backoff_base_ms": KnobText(
+        "Backoff base", "ms", "The first retry waits a random time up to this; each further retry doubles it."
+    ),
+    "backoff_floor_ms": KnobText(
+        "Backoff floor", "ms", "The shortest wait: two calls to one model never start closer than this."
+    ),
+    "backoff_cap_ms": KnobText("Backoff cap", "ms", "The longest wait between two calls to one model."),
+    "retry_after_cap_seconds": KnobText(
+        "Longest Retry-After to wait",
+        "s",
+        "A provider asking to wait longer than this is skipped: the next entry is called at once.",
+    ),
+    "max_attempts": KnobText(
+        "Most calls per request", "calls", "Every retry and every move counts, whatever the chain's length."
+    ),
+    "connect_timeout_seconds": KnobText(
+        "Connect timeout", "s", "A call that cannot connect within this moves to the next entry."
+    ),
+    "first_token_timeout_seconds": KnobText(
+        "First-token timeout", "s", "Time allowed until the first token; a provider's own setting wins."
+    ),
+    "idle_timeout_seconds": KnobText(
+        "Stream idle timeout", "s", "A stream silent this long counts as broken; a provider's own setting wins."
+    ),
+    "deadline_seconds": KnobText(
+        "Request deadline", "s", "No call starts after this, counted from the request's arrival; it always wins."
+    ),
+}
+
+
+def knob_display(value: Any) -> str:
+    """A stored knob as the input shows it: 5.0 → "5", 0.5 → "0.5"."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    return str(value) if isinstance(value, int) else f"{value:g}"
+
+
+def _knob_value(text: str) -> int | float | str:
+    """The typed text as a number; anything else stays text so resilience_validate words the error."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    return number if math.isfinite(number) else text
+
+
+@dataclass
+class ResilienceFields:
+    """The policy as typed: the checkbox and each knob's text ("" = take the default of the level above).
+
+    `send` is False when the post carried no resilience fields: the stored policy is then left alone.
+    `inherits_enabled` is the `enabled` the policy gets from the level above when it does not set it
+    itself (None: it does set it, or it is new); an unchanged checkbox then stays inherited, not pinned.
+    """
+
+    enabled: bool = False
+    text: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, list[str]] = field(default_factory=dict)
+    send: bool = True
+    inherits_enabled: bool | None = None
+
+    def policy(self) -> dict[str, Any]:
+        """Only what the admin set: `enabled` (unless still inherited) and the filled-in knobs."""
+        out: dict[str, Any] = {}
+        if self.inherits_enabled is None or self.enabled != self.inherits_enabled:
+            out["enabled"] = self.enabled
+        for knob in KNOBS:
+            text = self.text.get(knob.name, "")
+            if text:
+                out[knob.name] = _knob_value(text)
+        return out
+
+    @property
+    def policy_errors(self) -> list[str]:
+        """Errors about the policy as a whole (templates cannot read "__all__")."""
+        return self.errors.get("__all__", [])
+
+    def add_errors(self, key: str, messages: list[str]) -> None:
+        """A service error under a knob's name, or under "__all__" for the policy as a whole."""
+        name = key if key in KNOB_NAMES else "__all__"
+        self.errors.setdefault(name, []).extend(str(m) for m in messages)
+
+    def summary(self) -> list[tuple[str, str]]:
+        """(anchor id, message) in the order of the page."""
+        out = [("resilience", m) for m in self.errors.get("__all__", [])]
+        out += [("id_resilience-enabled", m) for m in self.errors.get("enabled", [])]
+        for knob in KNOBS:
+            out += [(f"id_{RESILIENCE_PREFIX}{knob.name}", m) for m in self.errors.get(knob.name, [])]
+        return out
+
+
+def resilience_from_post(data: QueryDict) -> ResilienceFields | None:
+    """The posted step, or None when the post has no resilience fields at all."""
+    if RESILIENCE_MARKER not in data:
+        return None
+    return ResilienceFields(
+        enabled=data.get(f"{RESILIENCE_PREFIX}enabled", "") in ("on", "1", "true"),
+        text={k.name: data.get(f"{RESILIENCE_PREFIX}{k.name}", "").strip()[:40] for k in KNOBS},
+    )
+
+
+def resilience_from_stored(stored: Mapping[str, Any], *, inherited_enabled: bool) -> ResilienceFields:
+    """What a stored policy shows: its knobs prefilled, the others empty (= the level above)."""
+    return ResilienceFields(
+        enabled=bool(stored.get("enabled", inherited_enabled)),
+        text={k.name: knob_display(stored[k.name]) for k in KNOBS if k.name in stored},
+        send=False,
+    )
+
+
+class ResilienceDefaultsForm(forms.Form):
+    """The defaults page's optimistic version; the knobs are read by resilience_from_post."""
+
+    version = forms.IntegerField(required=False)
+
+
+@dataclass(frozen=True)
+class KnobView:
+    """One knob input as the template renders it."""
+
+    knob: Knob
+    text: KnobText
+    value: str
+    placeholder: str
+    errors: list[str]
+
+    @property
+    def name(self) -> str:
+        return f"{RESILIENCE_PREFIX}{self.knob.name}"
+
+    @property
+    def input_id(self) -> str:
+        return f"id_{self.name}"
+
+    @property
+    def step(self) -> str:
+        return "1" if self.knob.kind is int else "any"
+
+    @property
+    def minimum(self) -> str:
+        return knob_display(self.knob.minimum)
+
+    @property
+    def maximum(self) -> str:
+        return knob_display(self.knob.maximum)
+
+
+def knob_views(fields: ResilienceFields, placeholders: Mapping[str, Any]) -> list[KnobView]:
+    """Every knob in KNOBS order; `placeholders` are the values an empty input takes."""
+    return [
+        KnobView(
+            knob=knob,
+            text=KNOB_TEXT[knob.name],
+            value=fields.text.get(knob.name, ""),
+            placeholder=knob_display(placeholders[knob.name]),
+            errors=fields.errors.get(knob.name, []),
+        )
+        for knob in KNOBS
+    ]
 
 
 # ---------- The chain editor ----------
@@ -135,10 +323,13 @@ class ChainForm(forms.Form):
     enabled = forms.BooleanField(required=False)
     version = forms.IntegerField(required=False)
 
-    def __init__(self, *args: Any, entries: list[EntryRow], **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, entries: list[EntryRow], resilience: ResilienceFields | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.entries = entries
         self.entry_list_errors: list[str] = []
+        self.resilience = resilience if resilience is not None else ResilienceFields(send=False)
 
     def value(self, name: str) -> Any:
         """The value to show in the widget: posted data when bound, else the initial value."""
@@ -158,6 +349,7 @@ class ChainForm(forms.Form):
             scope_type=scope_type,
             scope_id=scope_id,  # scope_validate reports non-integers
             enabled=bool(data.get("enabled")),
+            resilience=self.resilience.policy() if self.resilience.send else None,
         )
 
     def add_service_errors(self, exc: ApplicationError) -> None:
@@ -172,6 +364,8 @@ class ChainForm(forms.Form):
                     self.entry_list_errors.extend(messages)
             elif key == "entries":
                 self.entry_list_errors.extend(messages)
+            elif parts[0] == "resilience":
+                self.resilience.add_errors(".".join(parts[1:]), messages)
             elif key == "scope":
                 for message in messages:
                     self.add_error("scope_id", message)
@@ -192,6 +386,7 @@ class ChainForm(forms.Form):
         out += [("entry-list", m) for m in self.entry_list_errors]
         for i, entry in enumerate(self.entries):
             out += [(f"id_entries-{i}-model", m) for m in entry.errors]
+        out += self.resilience.summary()
         out += [("id_scope_type", str(m)) for m in self.errors.get("scope_id", [])]
         out += [("chain-form", str(m)) for m in self.errors.get("version", [])]
         return out

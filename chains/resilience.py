@@ -6,7 +6,7 @@ defaults below. `resilience_effective` does that merge; the gateway's planner re
 knob names. Nothing here touches the database.
 """
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,3 +133,161 @@ def resilience_effective(chain: Mapping[str, Any], defaults: Mapping[str, Any]) 
     if floor > cap:  # each side valid alone, from different levels: the cap wins
         values["backoff_floor_ms"] = cap
     return ResiliencePolicy(**values)
+
+
+# ---------- The editor's preview: what the policy does, in plain words ----------
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineStep:
+    """One line of the preview: when it happens (plain words, relative), what happens, and its kind.
+
+    kind: "call", "retry", "move", "give_up" (the story of one request whose every target answers 503),
+    "bound" (the attempt cap and deadline) or "note" (what other failures do).
+    """
+
+    when: str
+    text: str
+    kind: str
+
+
+NOT_RETRYABLE_TEXT = "400, 401, 403, 404, 422 or a content filter"
+
+
+def _s(seconds: float) -> str:
+    return f"{seconds:g} s"
+
+
+def _retry_ceiling_seconds(policy: ResiliencePolicy, retry: int) -> float:
+    """The longest wait before retry number `retry` (1 = the first): the planner draws uniformly up to
+    min(cap, base * 2**(retry-1)) and never waits less than the floor."""
+    ceiling: float = min(policy.backoff_cap_ms, policy.backoff_base_ms * 2.0 ** max(0, retry - 1))
+    return max(policy.backoff_floor_ms, ceiling) / 1000
+
+
+def _retry_word(retry: int, retries: int) -> str:
+    return "once (" if retries == 1 else f"({retry} of {retries}; "
+
+
+def _calls(n: int) -> str:
+    return f"{n} call{'' if n == 1 else 's'}"
+
+
+def _story_on(policy: ResiliencePolicy, entries: Sequence[str], primary: str) -> list[TimelineStep]:
+    """Every target answers 503: retries on each, moves down the chain, stops at the cap or the end."""
+    steps: list[TimelineStep] = []
+    targets = [(primary, "primary"), *((name, f"entry {i}") for i, name in enumerate(entries, start=1))]
+    calls = 0
+    capped = False
+    for index, (name, role) in enumerate(targets):
+        if calls >= policy.max_attempts:
+            capped = True
+            break
+        if index == 0:
+            steps.append(TimelineStep("0 s", f"call {name} ({role}) → 503", "call"))
+        else:
+            steps.append(TimelineStep("then, at once", f"move to {name} ({role}) → 503", "move"))
+        calls += 1
+        for retry in range(1, policy.max_retries + 1):
+            if calls >= policy.max_attempts:
+                capped = True  # a retry was still due
+                break
+            wait = _s(_retry_ceiling_seconds(policy, retry))
+            text = (
+                f"retry {name} {_retry_word(retry, policy.max_retries)}backoff with jitter, at least "
+                f"{policy.backoff_floor_ms:g} ms after the previous call) → 503 again"
+            )
+            steps.append(TimelineStep(f"≤ {wait} later", text, "retry"))
+            calls += 1
+        if capped:
+            break
+    if capped:
+        end = f"stop: {_calls(policy.max_attempts)} made, the attempt cap; the client gets the last 503."
+    elif not entries:
+        end = "no entry to move to (the chain has none yet); the client gets the last 503."
+    else:
+        end = "no entry left; the client gets the last 503."
+    steps.append(TimelineStep("then", end, "give_up"))
+    steps.append(
+        TimelineStep(
+            "always",
+            f"at most {_calls(policy.max_attempts)}; gives up at {_s(policy.deadline_seconds)} "
+            "(no call starts after the request's deadline, whatever is left).",
+            "bound",
+        )
+    )
+    return steps
+
+
+def _notes(policy: ResiliencePolicy, entries: Sequence[str], prefill: Collection[str]) -> list[TimelineStep]:
+    """One line per other kind of failure."""
+    notes = [
+        TimelineStep(
+            NOT_RETRYABLE_TEXT,
+            "returned to the client unchanged after the one call: never retried, never moved on.",
+            "note",
+        )
+    ]
+    if not policy.enabled:
+        notes.append(TimelineStep("A stream cut after the first token", "the stream ends with an error event.", "note"))
+        return notes
+    if policy.max_retries > 0:
+        notes.append(
+            TimelineStep(
+                "429 with Retry-After",
+                f"waits what the provider asks, up to {_s(policy.retry_after_cap_seconds)}, before the retry; "
+                "a longer Retry-After moves to the next entry at once.",
+                "note",
+            )
+        )
+    notes.append(
+        TimelineStep(
+            "A timeout",
+            f"each call has {_s(policy.connect_timeout_seconds)} to connect; a stream has "
+            f"{_s(policy.first_token_timeout_seconds)} to its first token and may then be silent for "
+            f"{_s(policy.idle_timeout_seconds)} (a provider's own first-token and idle timeouts win; a "
+            "non-streamed answer has the provider's read timeout); "
+            "a timed-out target is not called again, the next entry is called at once.",
+            "note",
+        )
+    )
+    continuation = next(((i, name) for i, name in enumerate(entries, start=1) if name in prefill), None)
+    if continuation is not None:
+        index, name = continuation
+        cut = (
+            f"continues on {name} (entry {index}), the next entry whose model supports assistant prefill, "
+            "from the text already sent; if that fails too, on the next such entry."
+        )
+    else:
+        cut = "ends with an error event: no entry's model supports assistant prefill, so none can continue it."
+    notes.append(TimelineStep("A stream cut after the first token", cut, "note"))
+    return notes
+
+
+def resilience_timeline(
+    policy: ResiliencePolicy,
+    entries: Sequence[str],
+    primary: str,
+    *,
+    prefill: Collection[str] = (),
+) -> list[TimelineStep]:
+    """What happens to one request when `primary` fails with a retryable error (503), in plain words.
+
+    `entries` are the chain's entries in order (labels as the admin sees them), `prefill` the labels whose
+    model supports assistant prefill. The story follows the planner's rules (gateway/resilience.py): the
+    waits shown are the longest the backoff draws; the calls themselves take whatever the provider takes, so
+    the deadline line is the only absolute time. Notes follow for the failures that are not retried.
+    """
+    if policy.enabled:
+        story = _story_on(policy, entries, primary)
+    else:
+        story = [
+            TimelineStep("0 s", f"call {primary} (primary) → 503", "call"),
+            TimelineStep(
+                "then",
+                "the client gets the 503: nothing is retried and no entry is tried. The chain takes over "
+                "once the circuit opens (new requests then start at entry 1).",
+                "give_up",
+            ),
+        ]
+    return [*story, *_notes(policy, entries, prefill)]

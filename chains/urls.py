@@ -7,6 +7,7 @@ app_name = "chains"
 urlpatterns = [
     path("", views.chain_list_view, name="list"),
     path("new/", views.chain_create_view, name="create"),
+    path("resilience/", views.resilience_defaults_view, name="resilience"),
     path("<int:chain_id>/edit/", views.chain_edit_view, name="edit"),
     path("<int:chain_id>/toggle/", views.chain_toggle_view, name="toggle"),
     path("<int:chain_id>/delete/", views.chain_delete_view, name="delete"),

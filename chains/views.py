@@ -18,14 +18,28 @@ from catalog.scopes import Scope, scope_choices, scope_label, scope_names, scope
 from catalog.selectors import llm_model_list, provider_list
 from chains.forms import (
     PAGE_SIZES,
+    RESILIENCE_MARKER,
     ChainForm,
     EntryRow,
     ListParams,
+    ResilienceDefaultsForm,
+    ResilienceFields,
     entries_apply_op,
     entries_from_post,
+    knob_views,
     list_params,
+    resilience_from_post,
+    resilience_from_stored,
 )
-from chains.models import MAX_ENTRIES, FallbackChain
+from chains.models import MAX_ENTRIES, FallbackChain, ResilienceDefaults
+from chains.resilience import (
+    RESILIENCE_DEFAULTS,
+    ResiliencePolicy,
+    TimelineStep,
+    resilience_effective,
+    resilience_timeline,
+    resilience_validate,
+)
 from chains.selectors import (
     DEFAULT_CHAIN_ORDERING,
     ChainWarning,
@@ -34,8 +48,16 @@ from chains.selectors import (
     chain_warnings,
     cost_hint,
     cost_ratio,
+    resilience_defaults_effective,
+    resilience_defaults_get,
 )
-from chains.services import chain_create, chain_delete, chain_set_enabled, chain_update
+from chains.services import (
+    chain_create,
+    chain_delete,
+    chain_set_enabled,
+    chain_update,
+    resilience_defaults_update,
+)
 from core.errors import ConflictError, ValidationFailed
 from core.htmx import HtmxRequest, wants_partial
 from core.permissions import role_required
@@ -256,6 +278,43 @@ def _warnings(form: ChainForm, models: dict[str, LlmModel]) -> list[ChainWarning
     return chain_warnings(source=source, entries=entry_models, scope=scope)
 
 
+def _preview_policy(fields: ResilienceFields, defaults: ResilienceDefaults) -> ResiliencePolicy:
+    """The policy on screen: its valid knobs over the global defaults (invalid ones are ignored here;
+    their errors show next to them once saved)."""
+    clean, _ = resilience_validate(fields.policy())
+    return resilience_effective(clean, defaults.policy or {})
+
+
+def _timeline(policy: ResiliencePolicy, form: ChainForm, models: dict[str, LlmModel]) -> list[TimelineStep]:
+    """The preview for the source and entries on screen (labels as the editor shows them)."""
+    labels, prefill = [], set()
+    for entry in form.entries:
+        model = models.get(entry.model)
+        if model is None:
+            continue
+        label = f"{model.name} via {entry.provider}" if entry.provider else model.name
+        labels.append(label)
+        if Capability.ASSISTANT_PREFILL in (model.capabilities or []):
+            prefill.add(label)
+    primary = (form.value("source_model") or "").strip() or "the source model"
+    return resilience_timeline(policy, labels, primary, prefill=prefill)
+
+
+def _resilience_context(form: ChainForm, models: dict[str, LlmModel]) -> dict[str, Any]:
+    """The Resilience step: knobs with the global defaults as placeholders, and the timeline preview."""
+    defaults = resilience_defaults_get()
+    policy = _preview_policy(form.resilience, defaults)
+    timeline = _timeline(policy, form, models)
+    return {
+        "resilience": form.resilience,
+        "resilience_marker": RESILIENCE_MARKER,
+        "resilience_on": policy.enabled,
+        "knobs": knob_views(form.resilience, resilience_defaults_effective(defaults)),
+        "timeline_steps": [s for s in timeline if s.kind != "note"],
+        "timeline_notes": [s for s in timeline if s.kind == "note"],
+    }
+
+
 def _editor_context(request: HttpRequest, form: ChainForm, chain: FallbackChain | None) -> dict[str, Any]:
     catalog = list(llm_model_list())
     models = {m.name: m for m in catalog}
@@ -285,6 +344,7 @@ def _editor_context(request: HttpRequest, form: ChainForm, chain: FallbackChain 
         "capability_labels": dict(Capability.choices),
         "summary": form.error_summary() if form.is_bound else [],
         "has_entry_errors": any(e.errors for e in form.entries),
+        **_resilience_context(form, models),
     }
 
 
@@ -304,6 +364,25 @@ def _initial_for(chain: FallbackChain) -> tuple[dict[str, Any], list[EntryRow]]:
     return initial, entries
 
 
+def _stored_resilience(chain: FallbackChain | None) -> ResilienceFields:
+    """The policy as the editor opens it: a new chain starts from the global default's `enabled`; an
+    existing one shows the knobs it set (the others empty, i.e. the global defaults)."""
+    inherited = bool(resilience_defaults_effective(resilience_defaults_get())["enabled"])
+    stored = {} if chain is None else dict(chain.resilience or {})
+    return resilience_from_stored(stored, inherited_enabled=inherited)
+
+
+def _posted_resilience(request: HttpRequest, chain: FallbackChain | None) -> ResilienceFields:
+    """The posted step; a post without it keeps the stored policy (ChainInput.resilience None)."""
+    posted = resilience_from_post(request.POST)
+    if posted is None:
+        return _stored_resilience(chain)
+    if chain is not None and "enabled" not in (chain.resilience or {}):
+        # The chain inherits `enabled` from the global defaults: an untouched checkbox keeps it so.
+        posted.inherits_enabled = bool(resilience_defaults_effective(resilience_defaults_get())["enabled"])
+    return posted
+
+
 def _editor(request: HtmxRequest, chain: FallbackChain | None) -> HttpResponse:
     template = "chains/form.html"
     if request.method == "GET":
@@ -311,21 +390,22 @@ def _editor(request: HtmxRequest, chain: FallbackChain | None) -> HttpResponse:
             initial, entries = {"scope_type": ScopeType.GLOBAL, "enabled": True}, [EntryRow()]
         else:
             initial, entries = _initial_for(chain)
-        form = ChainForm(initial=initial, entries=entries)
+        form = ChainForm(initial=initial, entries=entries, resilience=_stored_resilience(chain))
         return render(request, template, _editor_context(request, form, chain))
 
     op = request.POST.get("op", "save")
     entries = entries_from_post(request.POST)
+    resilience = _posted_resilience(request, chain)
     if op != "save":
-        # Add/remove/move without JavaScript, or an HTMX refresh of hints and warnings: no save.
-        form = ChainForm(request.POST, entries=entries_apply_op(entries, op))
+        # Add/remove/move without JavaScript, or an HTMX refresh of hints, warnings and the timeline: no save.
+        form = ChainForm(request.POST, entries=entries_apply_op(entries, op), resilience=resilience)
         form.is_valid()
         form.errors.clear()
         if wants_partial(request):
             template += "#chain-form"
         return render(request, template, _editor_context(request, form, chain))
 
-    form = ChainForm(request.POST, entries=entries)
+    form = ChainForm(request.POST, entries=entries, resilience=resilience)
     if form.is_valid():
         data = form.chain_input()
         try:
@@ -356,3 +436,72 @@ def chain_create_view(request: HtmxRequest) -> HttpResponse:
 @role_required(Role.ADMIN)
 def chain_edit_view(request: HtmxRequest, chain_id: int) -> HttpResponse:
     return _editor(request, _get_chain(chain_id))
+
+
+# ---------- The global default resilience policy ----------
+
+
+def _defaults_context(
+    fields: ResilienceFields, version: int | None, row: ResilienceDefaults, errors: list[str]
+) -> dict[str, Any]:
+    return {
+        "section": "fallback",
+        "tab": "chains",
+        "resilience": fields,
+        "resilience_marker": RESILIENCE_MARKER,
+        # An empty knob takes the built-in default.
+        "knobs": knob_views(fields, RESILIENCE_DEFAULTS),
+        "version": version,
+        "row": row,
+        "page_errors": errors,
+        "summary": [("defaults-form", m) for m in errors] + fields.summary(),
+    }
+
+
+@require_http_methods(["GET", "POST"])
+@role_required(Role.ADMIN)
+def resilience_defaults_view(request: HttpRequest) -> HttpResponse:
+    """The global default policy: what every chain's empty knob takes. Optimistic: a stale version is refused."""
+    template = "chains/resilience_defaults.html"
+    row = resilience_defaults_get()
+    stored = resilience_from_stored(row.policy or {}, inherited_enabled=bool(RESILIENCE_DEFAULTS["enabled"]))
+    if request.method == "GET":
+        return render(request, template, _defaults_context(stored, row.version, row, []))
+
+    posted = resilience_from_post(request.POST)
+    fields = posted if posted is not None else stored  # no knobs posted: nothing to change
+    if "enabled" not in (row.policy or {}):
+        fields.inherits_enabled = bool(RESILIENCE_DEFAULTS["enabled"])
+    version_form = ResilienceDefaultsForm(request.POST)
+    version_form.is_valid()
+    version: int | None = version_form.cleaned_data.get("version")
+    saved, errors = _defaults_save(request, fields, version)
+    if saved is None:
+        return render(request, template, _defaults_context(fields, version, row, errors))
+    if saved.version == version:
+        messages.info(request, "Nothing changed in the default resilience policy.")
+    else:
+        messages.success(request, "Default resilience policy saved.")
+    return redirect("chains:resilience")
+
+
+def _defaults_save(
+    request: HttpRequest, fields: ResilienceFields, version: int | None
+) -> tuple[ResilienceDefaults | None, list[str]]:
+    """Call the service; on failure, knob errors go onto `fields` and the others are returned."""
+    errors: list[str] = []
+    try:
+        if version is None:
+            raise ValidationFailed("The page sent no version; reload it and apply your change again.")
+        return resilience_defaults_update(actor=request.user, version=version, policy=fields.policy()), []
+    except ConflictError as exc:
+        errors.append(exc.message)
+    except ValidationFailed as exc:
+        for key, problems in exc.errors.items():
+            if key.startswith("policy."):
+                fields.add_errors(key.removeprefix("policy."), problems)
+            else:
+                errors.extend(str(m) for m in problems)
+        if not exc.errors:
+            errors.append(exc.message)
+    return None, errors
