@@ -52,12 +52,45 @@ class _KeySerializer(_NamedSerializer):
     revoked = serializers.BooleanField(allow_null=True)
 
 
+class _PartUsageSerializer(serializers.Serializer):
+    prompt_tokens = serializers.IntegerField(allow_null=True)
+    completion_tokens = serializers.IntegerField(allow_null=True)
+
+
 class _AttemptSerializer(serializers.Serializer):
     provider = serializers.CharField()
     model = serializers.CharField()
     status = serializers.IntegerField(allow_null=True, help_text="HTTP status of the upstream's answer.")
     error = serializers.CharField(allow_null=True, help_text="timeout, connection_error, cancelled, …")
     duration_ms = serializers.FloatField(allow_null=True)
+    next = serializers.CharField(
+        allow_null=True,
+        help_text="What the request did after this attempt failed: retry (same target), move_on (next chain "
+        "entry), continue (a stream broken after its first byte, resumed on another entry), or "
+        "give_up:<reason> (disabled, not_retryable, max_attempts, deadline, exhausted, no_continuation). "
+        "null on the attempt that answered, and when the chain's resilience policy is off.",
+    )
+    failure_class = serializers.CharField(
+        allow_null=True,
+        help_text="Named `class`: the failure's class (rate_limit, overloaded, server_error, timeout, connection, "
+        "context_length, content_filter, invalid_request, auth); null when not recorded.",
+    )
+    retry_after = serializers.FloatField(allow_null=True, help_text="Seconds the upstream asked to wait (Retry-After).")
+    malformed_events = serializers.IntegerField(
+        allow_null=True, help_text="Stream `data:` lines that were not JSON and were dropped."
+    )
+    continuation = serializers.BooleanField(
+        allow_null=True, help_text="true on an attempt that continued a broken stream; null when not recorded."
+    )
+    usage = _PartUsageSerializer(
+        allow_null=True, help_text="This attempt's own usage; a continued stream's request tokens sum its parts."
+    )
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        # `class` is a Python keyword, so the field is declared as failure_class and renamed here.
+        fields = super().get_fields()
+        fields["class"] = fields.pop("failure_class")
+        return fields
 
 
 class _FallbackSerializer(serializers.Serializer):
@@ -159,6 +192,14 @@ def request_log_data(log: RequestLog, labels: Labels) -> dict[str, Any]:
                 "status": a.status,
                 "error": a.error or None,
                 "duration_ms": a.duration_ms,
+                "next": a.next_step or None,
+                "class": a.failure_class or None,
+                "retry_after": a.retry_after,
+                "malformed_events": a.malformed_events,
+                "continuation": True if a.continuation else None,
+                "usage": None
+                if a.usage is None
+                else {"prompt_tokens": a.usage.prompt_tokens, "completion_tokens": a.usage.completion_tokens},
             }
             for a in log_attempts(log)
         ],

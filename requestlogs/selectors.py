@@ -7,10 +7,12 @@ whatever its depth (see the indexes in `requestlogs.models`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
+from typing import Any
 
 import redis
 from django.conf import settings
@@ -315,33 +317,87 @@ def request_log_batches(
 # ---------- Attempts ----------
 
 
+TEXT_CAP = 64  # an unknown "next" or "class" is shown as the gateway wrote it, cut to this many characters
+
+
+@dataclass(frozen=True)
+class PartUsage:
+    """One attempt's own token usage (a continued stream's request tokens are the sum of its parts)."""
+
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
 @dataclass(frozen=True)
 class Attempt:
-    """One upstream call of a request, as the gateway recorded it (odd values read as unknown)."""
+    """One upstream call of a request, as the gateway recorded it (odd values read as unknown).
+
+    The fields after `duration_ms` are recorded only under a chain's resilience policy; they are ""/None/
+    False for requests logged without one (and for everything logged before it existed).
+    """
 
     provider: str
     model: str
     status: int | None  # the upstream's HTTP status, None when it never answered
     error: str  # timeout, connection_error, cancelled, …; "" when it answered
     duration_ms: float | None
+    next_step: str = ""  # retry, move_on, continue, give_up:<reason>; "" on the attempt that answered
+    failure_class: str = ""  # rate_limit, overloaded, server_error, timeout, …; "" when unknown
+    retry_after: float | None = None  # seconds the upstream asked for
+    malformed_events: int | None = None  # `data:` lines that were not JSON and were dropped
+    continuation: bool = False  # this attempt continued a stream another one broke
+    usage: PartUsage | None = None
+
+
+def _capped(value: object) -> str:
+    """A label the gateway wrote: a short string, or "" for anything else (never an error)."""
+    if not isinstance(value, str):
+        return ""
+    text = value.strip()
+    return text if len(text) <= TEXT_CAP else text[: TEXT_CAP - 1] + "…"
+
+
+def _count(value: object) -> int | None:
+    """A non-negative int; a bool, a float or a negative number is unknown."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _seconds(value: object) -> float | None:
+    """A finite, non-negative number of seconds; anything else is unknown."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _usage(value: object) -> PartUsage | None:
+    if not isinstance(value, dict):
+        return None
+    usage = PartUsage(_count(value.get("prompt_tokens")), _count(value.get("completion_tokens")))
+    return usage if usage.prompt_tokens is not None or usage.completion_tokens is not None else None
+
+
+def _attempt(item: dict[str, Any]) -> Attempt:
+    status, duration = item.get("status"), item.get("duration_ms")
+    return Attempt(
+        provider=str(item.get("provider") or ""),
+        model=str(item.get("model") or ""),
+        status=status if isinstance(status, int) and not isinstance(status, bool) else None,
+        error=str(item.get("error") or ""),
+        duration_ms=float(duration) if isinstance(duration, int | float) else None,
+        next_step=_capped(item.get("next")),
+        failure_class=_capped(item.get("class")),
+        retry_after=_seconds(item.get("retry_after")),
+        malformed_events=_count(item.get("malformed_events")),
+        continuation=item.get("continuation") is True,
+        usage=_usage(item.get("usage")),
+    )
 
 
 def log_attempts(log: RequestLog) -> list[Attempt]:
     """The attempts in call order; the last one is the answer the client got."""
-    out = []
-    for item in log.attempts if isinstance(log.attempts, list) else []:
-        item = item if isinstance(item, dict) else {}
-        status, duration = item.get("status"), item.get("duration_ms")
-        out.append(
-            Attempt(
-                provider=str(item.get("provider") or ""),
-                model=str(item.get("model") or ""),
-                status=status if isinstance(status, int) and not isinstance(status, bool) else None,
-                error=str(item.get("error") or ""),
-                duration_ms=float(duration) if isinstance(duration, int | float) else None,
-            )
-        )
-    return out
+    items = log.attempts if isinstance(log.attempts, list) else []
+    return [_attempt(item if isinstance(item, dict) else {}) for item in items]
 
 
 # ---------- Names behind the ids ----------

@@ -115,6 +115,97 @@ def _rows(page: LogPage, labels: Labels, *, since_id: int | None) -> list[LogRow
     ]
 
 
+# Plain words for what ended an attempt (the gateway's `error`); an unknown kind is shown as it came.
+ERROR_WORDS = {
+    "timeout": "timeout",
+    "connect_timeout": "connect timeout",
+    "first_token_timeout": "first-token timeout",
+    "idle_timeout": "idle timeout (the stream stalled)",
+    "deadline": "request deadline reached",
+    "error_event": "error event in the stream",
+    "stream_incomplete": "stream ended before its end marker",
+    "connection_error": "connection error",
+    "cancelled": "cancelled",
+    "credential_unavailable": "credential unavailable",
+    "upstream_status": "",  # the status code says it
+}
+CLASS_WORDS = {
+    "rate_limit": "rate limit",
+    "overloaded": "overloaded",
+    "server_error": "server error",
+    "timeout": "timeout",
+    "connection": "connection",
+    "context_length": "context too long",
+    "content_filter": "content filter",
+    "invalid_request": "invalid request",
+    "auth": "authentication refused",
+}
+GIVE_UP_WORDS = {
+    "disabled": "resilience is off",
+    "not_retryable": "not retryable",
+    "max_attempts": "attempt limit reached",
+    "deadline": "request deadline reached",
+    "exhausted": "no entry left to try",
+    "no_continuation": "no entry could continue the stream",
+}
+STREAM_CUT = "stream cut after the first token"
+WORD_CAP = 64
+
+
+def _words(table: dict[str, str], value: str) -> str:
+    return table[value] if value in table else value[:WORD_CAP]
+
+
+def _seconds_text(seconds: float) -> str:
+    return f"{round(seconds, 1):g} s"
+
+
+def attempt_cause(attempt: Attempt) -> str:
+    """Why the attempt ended, in plain words ("rate limit · Retry-After 1 s"); "" when it answered."""
+    cut = attempt.next_step in ("continue", "give_up:no_continuation")
+    parts = [STREAM_CUT] if cut else []
+    error = _words(ERROR_WORDS, attempt.error)
+    if attempt.status is None and attempt.error == "upstream_status":
+        error = "error status"
+    if error and not (cut and attempt.error == "stream_incomplete"):
+        parts.append(error)
+    failure = _words(CLASS_WORDS, attempt.failure_class)
+    if failure and failure not in " ".join(parts):
+        parts.append(failure)
+    if attempt.retry_after is not None:
+        parts.append(f"Retry-After {_seconds_text(attempt.retry_after)}")
+    return " · ".join(parts)
+
+
+def attempt_follow(attempt: Attempt, following: Attempt | None) -> str:
+    """What the request did after this attempt failed ("moved on to the next entry"); "" when unknown."""
+    step = attempt.next_step
+    if step == "retry":
+        return "retried"
+    if step == "move_on":
+        return "moved on to the next entry"
+    if step == "continue":
+        return f"continued on {following.model}" if following and following.model else "continued on the next entry"
+    if step.startswith("give_up:"):
+        reason = step.removeprefix("give_up:")
+        return f"returned to the client ({_words(GIVE_UP_WORDS, reason)})" if reason else "returned to the client"
+    return step
+
+
+def _tokens(value: int | None) -> str:
+    return f"{value:,}" if value is not None else "?"
+
+
+def attempt_extras(attempt: Attempt) -> list[str]:
+    """The attempt's side notes: dropped events, its own token usage."""
+    extras = []
+    if (dropped := attempt.malformed_events) is not None and dropped > 0:
+        extras.append(f"{dropped:,} malformed event{'s' if dropped != 1 else ''} dropped")
+    if (usage := attempt.usage) is not None:
+        extras.append(f"this part: {_tokens(usage.prompt_tokens)} in / {_tokens(usage.completion_tokens)} out tokens")
+    return extras
+
+
 @dataclass(frozen=True)
 class AttemptRow:
     number: int
@@ -122,6 +213,9 @@ class AttemptRow:
     outcome_css: str
     returned: bool  # the attempt whose answer went to the client (the last one)
     served: bool  # returned, and a success
+    cause: str = ""  # why it ended, in plain words
+    follow: str = ""  # what the request did next
+    extras: tuple[str, ...] = ()
 
 
 def _attempt_rows(attempts: list[Attempt]) -> list[AttemptRow]:
@@ -129,13 +223,17 @@ def _attempt_rows(attempts: list[Attempt]) -> list[AttemptRow]:
     for number, attempt in enumerate(attempts, start=1):
         returned = number == len(attempts)
         status = attempt.status
+        served = returned and status is not None and 200 <= status < 300
         rows.append(
             AttemptRow(
                 number=number,
                 attempt=attempt,
                 outcome_css=_status_css(status) if status is not None else "server",
                 returned=returned,
-                served=returned and status is not None and 200 <= status < 300,
+                served=served,
+                cause="" if served else attempt_cause(attempt),
+                follow=attempt_follow(attempt, attempts[number] if not returned else None),
+                extras=tuple(attempt_extras(attempt)),
             )
         )
     return rows
@@ -154,6 +252,7 @@ class LogDetail:
     chain_name: str
     chain_url: str  # "" when the viewer may not edit chains or the chain is gone
     attempts: list[AttemptRow]
+    continued: bool  # an attempt continued a stream another broke: the answer has several parts
     circuit_logs_url: str
     circuit_health_url: str  # "" when the viewer may not open Provider Health
 
@@ -188,6 +287,7 @@ def _detail(log: RequestLog, labels: Labels, *, is_admin: bool) -> LogDetail:
             circuit_health_url = (
                 reverse("health:index") + "#circuit-row-" + circuit_anchor(log.served_provider, log.served_model)
             )
+    rows = _attempt_rows(log_attempts(log))
     return LogDetail(
         log=log,
         key=labels.keys.get(log.key_id) if log.key_id is not None else None,
@@ -199,7 +299,8 @@ def _detail(log: RequestLog, labels: Labels, *, is_admin: bool) -> LogDetail:
         fallback_badge=fallback_badge(log),
         chain_name=chain_name,
         chain_url=chain_url,
-        attempts=_attempt_rows(log_attempts(log)),
+        attempts=rows,
+        continued=any(row.attempt.continuation for row in rows),
         circuit_logs_url=circuit_logs_url,
         circuit_health_url=circuit_health_url,
     )
@@ -422,12 +523,17 @@ def _cell(value: Any) -> Any:
     return value
 
 
+def _csv_attempt(a: Attempt) -> str:
+    """ "openai/gpt-4o 429 rate_limit 310ms retry": the call, its failure class and what followed, if recorded."""
+    outcome = str(a.status) if a.status is not None else a.error
+    failure = f" {a.failure_class}" if a.failure_class else ""
+    follow = f" {a.next_step}" if a.next_step else ""
+    return f"{a.provider}/{a.model} {outcome}{failure} {a.duration_ms or 0:.0f}ms{follow}"
+
+
 def _csv_row(log: RequestLog, keys: dict[int, KeyLabel]) -> list[Any]:
     key = keys.get(log.key_id) if log.key_id is not None else None
-    attempts = "; ".join(
-        f"{a.provider}/{a.model} {a.status if a.status is not None else a.error} {a.duration_ms or 0:.0f}ms"
-        for a in log_attempts(log)
-    )
+    attempts = "; ".join(_csv_attempt(a) for a in log_attempts(log))
     values = {
         "key_name": key.name if key else "",
         "key_prefix": key.prefix if key else "",

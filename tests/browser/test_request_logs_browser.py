@@ -5,6 +5,7 @@ writer into the test database; the console is Django's live server. Screenshots 
 drawer land in screenshots/ (git-ignored) at 1280×800 and 390×844.
 """
 
+import os
 import re
 from pathlib import Path
 
@@ -17,7 +18,10 @@ from health.breaker.types import State
 from requestlogs import views as log_views
 from requestlogs.models import RequestLog
 from tests.conftest import PASSWORD
+from tests.factories.keys import make_key
+from tests.factories.requestlogs import fallback, insert_logs, log_record
 from tests.gateway.conftest import gateway, sim, world  # noqa: F401 - the gateway test fixtures
+from tests.requestlogs.test_attempt_reasons import RESILIENT_ATTEMPTS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -151,4 +155,39 @@ def test_fallback_requests_through_the_list_and_the_drawer(
     drawer.get_by_role("button", name="Close details").click()
     expect(drawer).to_be_hidden()
 
+    assert console_errors == []
+
+
+def test_drawer_explains_a_retried_moved_on_and_continued_request(page: Page, live_server, admin_user, console_errors):
+    """Issue 10: each attempt says why it ended and what followed; shots in light and dark ($SCREENSHOT_DIR)."""
+    key = make_key(user=admin_user, name="alice ops").key
+    log = insert_logs(
+        log_record(
+            key=key, **fallback(step=2), stream=True, tokens_in=2440, tokens_out=345, attempts=RESILIENT_ATTEMPTS
+        )
+    )[0]
+    page.set_default_timeout(10_000)
+    page.set_viewport_size({"width": 1280, "height": 800})
+    log_in(page, live_server, admin_user.username)
+    page.locator(f"#log-row-{log.request_id} td[data-label='Latency']").click()
+    drawer = page.locator("#log-drawer")
+    expect(drawer).to_be_visible()
+    attempts = drawer.locator(".timeline li")
+    expect(attempts).to_have_count(5)
+    expect(attempts.nth(0).locator(".attempt-outcome")).to_have_text(
+        re.compile(r"429 · rate limit · Retry-After 1 s\s*→")
+    )
+    expect(attempts.nth(0).locator(".attempt-next")).to_contain_text("retried")
+    expect(attempts.nth(1).locator(".attempt-next")).to_contain_text("moved on to the next entry")
+    expect(attempts.nth(3).locator(".attempt-next")).to_contain_text("continued on claude")
+    expect(attempts.nth(4).locator(".attempt-continuation")).to_have_text("continuation")
+    expect(drawer.locator(".attempt-note")).to_contain_text("Continued stream")
+    # The attempts at the top of the drawer's scroll area, so the picture shows all five.
+    drawer.locator("#log-detail-attempts").evaluate("(h) => h.scrollIntoView({block: 'start'})")
+    shots = Path(os.environ.get("SCREENSHOT_DIR", "/tmp/shots"))
+    shots.mkdir(parents=True, exist_ok=True)
+    for theme in ("light", "dark"):
+        page.emulate_media(color_scheme=theme)
+        page.evaluate("Promise.all(document.getAnimations().map((a) => a.finished))")
+        page.screenshot(path=str(shots / f"request-log-attempt-reasons-1280x800-{theme}.png"), caret="initial")
     assert console_errors == []
