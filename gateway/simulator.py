@@ -1,29 +1,36 @@
-"""A fake upstream speaking the OpenAI chat-completions API, with fault injection.
+"""A fake upstream speaking three LLM APIs, with fault injection.
 
-Each provider points at `http://host:port/<name>/v1`. The behaviour of `<name>` comes
-from the control endpoint, or else from the name itself:
+Each provider points at the simulator under its own name; the path picks the protocol:
+
+    POST /<name>/v1/chat/completions                               OpenAI chat completions
+    POST /<name>/v1/messages                                       Anthropic Messages (x-api-key, anthropic-version)
+    POST /<name>/openai/deployments/<dep>/chat/completions?api-version=<v>   Azure OpenAI (api-key)
+
+The behaviour of `<name>` comes from the control endpoint, or else from the name itself:
 
     ok (any other name)   200 with a completion
-    fail-<status>         that status with an OpenAI-shaped error (e.g. fail-503, fail-429)
+    fail-<status>         that status with an error in the protocol's shape (e.g. fail-503, fail-429)
     slow-<ms>             200 after <ms> milliseconds
     hang                  never answers (until the client gives up)
     close                 starts the response, then drops the connection
-    midstream-<n>         streams <n> chunks, then drops the connection
-    nodone                streams normally but never sends the final `data: [DONE]`
+    midstream-<n>         streams <n> chunks (events), then drops the connection
+    nodone                streams normally but never sends the end (`data: [DONE]`, `message_stop`)
     badusage              answers 200 with a malformed `usage` object (strings, negatives, a list)
     flaky-<pct>           <pct>% of calls answer 500, deterministically spread
 
 Control endpoint (JSON): GET /_sim/state; PUT /_sim/providers/<name> with any field of
 `Behaviour`; DELETE /_sim/providers/<name>; POST /_sim/reset (behaviours and counters).
-More modes (reset, stall, malformed, context_length, content_filter), the fault window
-(`fail_first`, `down_until`), `retry_after`, `first_token_ms`, `error_code` and
-`reject_prefill` are described in docs/resilience.md ("Simulator faults"). Every call's
-arrival time (monotonic) is kept per provider in `Simulator.arrivals`.
+More modes (reset, stall, malformed, context_length, content_filter, error_event), the fault
+window (`fail_first`, `down_until`), `retry_after`, `first_token_ms`, `error_code` and
+`reject_prefill` are described in docs/resilience.md ("Simulator faults"); the protocols, tool
+use and each fault's Anthropic shape in docs/simulator.md. Every call's arrival time (monotonic)
+is kept per provider in `Simulator.arrivals`, its body in `last_bodies`, its headers in `last_headers`.
 """
 
 import asyncio
 import json
 import logging
+import re
 import socket
 import struct
 import threading
@@ -32,7 +39,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from itertools import pairwise
-from typing import Any
+from typing import Any, Protocol
+from urllib.parse import parse_qs
 
 Scope = dict[str, Any]
 Receive = Any
@@ -52,6 +60,7 @@ MODES = (
     "malformed",
     "context_length",
     "content_filter",
+    "error_event",
 )
 # Behaviour fields given as strings (the others are numbers, and `reject_prefill` a boolean).
 _STR_FIELDS = ("mode", "retry_after", "error_code")
@@ -164,6 +173,8 @@ class Simulator:
         self._flaky_seq: Counter[str] = Counter()
         # The last request body each provider received, as sent (tests check what went upstream).
         self.last_bodies: dict[str, bytes] = {}
+        # The last request headers each provider received, names lower-cased (x-api-key, api-key, ...).
+        self.last_headers: dict[str, dict[str, str]] = {}
 
     def behaviour(self, name: str) -> Behaviour:
         return self.behaviours.get(name) or Behaviour.from_name(name)
@@ -200,27 +211,38 @@ class Simulator:
         if path.startswith("/_sim/"):
             await self._control(method, path, receive, send)
             return
+        route = _route(method, path)
+        if route is not None:
+            await self._call(*route, scope, receive, send)
+            return
         parts = path.strip("/").split("/")
         if len(parts) >= 3 and parts[1] == "v1":
-            name, endpoint = parts[0], "/".join(parts[2:])
-            if endpoint == "chat/completions" and method == "POST":
-                await self._chat(name, receive, send)
-                return
-            if endpoint == "models" and method == "GET":
+            if "/".join(parts[2:]) == "models" and method == "GET":
                 await _json(send, 200, {"object": "list", "data": [{"id": "simulated", "object": "model"}]})
                 return
         await _json(send, 404, _error(f"No route for {method} {path}", "invalid_request_error"))
 
-    async def _chat(self, name: str, receive: Receive, send: Send) -> None:
+    async def _call(
+        self, name: str, protocol: str, deployment: str, scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        """One chat call in any protocol: counted and recorded first, then checked, then answered."""
         self.arrivals[name].append(self.monotonic())
         body = await _read_body(receive)
         self.requests[name] += 1
         self.last_bodies[name] = body
-        try:
-            request = json.loads(body or b"{}")
-        except json.JSONDecodeError:
-            await _json(send, 400, _error("Invalid JSON body", "invalid_request_error"))
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
+        self.last_headers[name] = headers
+        # Malformed and unauthenticated requests are answered before the behaviour: they use no fault window.
+        checked = _CHECKS[protocol](headers, scope.get("query_string", b""), body)
+        if isinstance(checked, tuple):
+            await _json(send, checked[0], checked[1])
             return
+        await self._answer(name, _ANTHROPIC if protocol == "anthropic" else _OPENAI, deployment, checked, receive, send)
+
+    async def _answer(
+        self, name: str, dialect: "_Dialect", deployment: str, request: dict[str, Any], receive: Receive, send: Send
+    ) -> None:
+        """The behaviour's answer; `dialect` words it (errors, bodies, streams) in the call's protocol."""
         b = self._effective(name)
         if b.latency_ms:
             await asyncio.sleep(b.latency_ms / 1000)
@@ -228,145 +250,80 @@ class Simulator:
             await _reset(send, receive)
             return
         if b.mode == "hang":
-            if await _wait_disconnect(receive, limit=600):
-                self.abandoned[name] += 1
+            await self._hold(name, receive)
             return
         messages = request.get("messages")
         if b.reject_prefill and isinstance(messages, list) and messages and _role(messages[-1]) == "assistant":
-            await _json(send, 400, _error(_PREFILL, "invalid_request_error", b.error_code or "prefill_unsupported"))
+            await _json(send, 400, dialect.prefill_error(b.error_code))
             return
         if b.mode == "status" or (b.mode == "flaky" and self._flaky_fails(name, b.fail_rate)):
-            payload = _error(f"Simulated {b.status} from {name}", "server_error", b.error_code or None)
-            await _json(send, b.status, payload, retry_after=b.retry_after)
+            await _json(send, b.status, dialect.status_error(name, b.status, b.error_code), retry_after=b.retry_after)
             return
         if b.mode == "context_length":
-            payload = _error(
-                _context_message(_count_tokens(messages)), "invalid_request_error", "context_length_exceeded"
-            )
-            payload["error"]["param"] = "messages"
-            await _json(send, 400, payload)
+            await _json(send, 400, dialect.context_error(dialect.prompt_tokens(request)))
             return
         if b.mode == "content_filter":
-            payload = _error(_FILTERED, "invalid_request_error", b.error_code or "content_filter")
-            payload["error"]["param"] = "prompt"
-            await _json(send, 400, payload)
+            await _json(send, 400, dialect.filter_error(b.error_code))
             return
         if b.mode == "close":
             await send({"type": "http.response.start", "status": 200, "headers": [*_JSON, (b"content-length", b"512")]})
             await send({"type": "http.response.body", "body": b'{"id": "trunc', "more_body": True})
             raise DropConnection
-        model = str(request.get("model", "unknown"))
-        prompt_tokens = _count_tokens(request.get("messages"))
+        model = deployment or str(request.get("model", "unknown"))
+        call = _Call(
+            name=name,
+            model=model,
+            request=request,
+            behaviour=b,
+            seq=self.requests[name],
+            prompt_tokens=dialect.prompt_tokens(request),
+            reply=_reply(request, name, model, b.chunks),
+        )
         if request.get("stream"):
-            await self._stream(name, model, prompt_tokens, b, request, receive, send)
+            await self._stream(call, dialect.stream(call), receive, send)
             return
-        text = f"Simulated reply from {name} for {model}."
-        completion_tokens = len(text.split())
         if b.mode == "stall":
             await send({"type": "http.response.start", "status": 200, "headers": [*_JSON, (b"content-length", b"512")]})
             await self._hold(name, receive)
             return
-        await _json(
-            send,
-            200,
-            {
-                "id": f"chatcmpl-sim-{self.requests[name]}",
-                "object": "chat.completion",
-                "created": int(time.time()),
-                "model": model,
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": str(prompt_tokens), "completion_tokens": -1}
-                if b.mode == "badusage"
-                else {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": completion_tokens,
-                    "total_tokens": prompt_tokens + completion_tokens,
-                },
-            },
-            first_byte_ms=b.first_token_ms,
-        )
+        await _json(send, 200, dialect.completion(call), first_byte_ms=b.first_token_ms)
 
     async def _hold(self, name: str, receive: Receive) -> None:
         """Keep the socket open, sending nothing, until the client goes away."""
         if await _wait_disconnect(receive, limit=600):
             self.abandoned[name] += 1
 
-    async def _stream(
-        self,
-        name: str,
-        model: str,
-        prompt_tokens: int,
-        b: Behaviour,
-        request: dict[str, Any],
-        receive: Receive,
-        send: Send,
-    ) -> None:
+    async def _stream(self, call: "_Call", stream: "_Stream", receive: Receive, send: Send) -> None:
+        """Send a stream's events, with the behaviour's fault at event index `fail_after_chunks`."""
+        b, n = call.behaviour, call.behaviour.fail_after_chunks
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         if b.first_token_ms:
             await asyncio.sleep(b.first_token_ms / 1000)
-        created = int(time.time())
-        ident = f"chatcmpl-sim-{self.requests[name]}"
-        # A prefilled answer (the last message is the assistant's) goes on after the words it already has.
-        first = _prefilled_words(request.get("messages")) + 1
-        words = 0
-        for i in range(b.chunks):
-            if 0 < i < first:
-                continue
-            if b.mode == "midstream" and i >= b.fail_after_chunks:
+        for position, (i, event) in enumerate(stream.events):
+            if b.mode == "midstream" and i >= n:
                 raise DropConnection
-            if b.mode == "stall" and i >= b.fail_after_chunks:
-                await self._hold(name, receive)
+            if b.mode == "stall" and i >= n:
+                await self._hold(call.name, receive)
                 return
-            if b.mode == "malformed" and i == b.fail_after_chunks:
-                await send({"type": "http.response.body", "body": b"data: {not json\n\n", "more_body": True})
-            delta = {"role": "assistant", "content": ""} if i == 0 else {"content": f"word{i} "}
-            words += i > 0
-            chunk = {
-                "id": ident,
-                "object": "chat.completion.chunk",
-                "created": created,
-                "model": model,
-                "choices": [{"index": 0, "delta": delta, "finish_reason": None}],
-            }
-            await send({"type": "http.response.body", "body": _sse(chunk), "more_body": True})
-            gate = self.gates.get(name)
-            if i == 0 and gate is not None:
+            if b.mode == "error_event" and i >= n:
+                await send({"type": "http.response.body", "body": stream.error, "more_body": False})
+                return
+            if b.mode == "malformed" and i == n:
+                await send({"type": "http.response.body", "body": stream.malformed, "more_body": True})
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+            gate = self.gates.get(call.name)
+            if position == 0 and gate is not None:
                 await asyncio.to_thread(gate.wait, 30)
             if b.chunk_delay_ms:
                 await asyncio.sleep(b.chunk_delay_ms / 1000)
         if b.mode == "midstream":
             raise DropConnection
-        final = {
-            "id": ident,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-        }
-        tail = _sse(final)
-        self.completed_streams[name] += 1
-        if (request.get("stream_options") or {}).get("include_usage"):
-            usage: Any = (
-                []
-                if b.mode == "badusage"
-                else {
-                    "prompt_tokens": prompt_tokens,
-                    "completion_tokens": words,
-                    "total_tokens": prompt_tokens + words,
-                }
-            )
-            tail += _sse(
-                {
-                    "id": ident,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": model,
-                    "choices": [],
-                    "usage": usage,
-                }
-            )
-        done = b"" if b.mode == "nodone" else b"data: [DONE]\n\n"
-        await send({"type": "http.response.body", "body": tail + done, "more_body": False})
+        if b.mode == "error_event":
+            await send({"type": "http.response.body", "body": stream.error, "more_body": False})
+            return
+        self.completed_streams[call.name] += 1
+        done = b"" if b.mode == "nodone" else stream.done
+        await send({"type": "http.response.body", "body": stream.tail + done, "more_body": False})
 
     def _flaky_fails(self, name: str, rate: float) -> bool:
         # Deterministic spread: call n fails when floor(n*rate) increases.
@@ -397,6 +354,7 @@ class Simulator:
             self.completed_streams.clear()
             self._flaky_seq.clear()
             self.last_bodies.clear()
+            self.last_headers.clear()
             self.arrivals.clear()
             self.abandoned.clear()
             self._window.clear()
@@ -422,6 +380,393 @@ class Simulator:
         await _json(send, 404, _error(f"No control route {method} {path}", "invalid_request_error"))
 
 
+# --- Protocols -----------------------------------------------------------------------------------------
+# One request's answer is decided once (`_reply`), then written in the protocol's words by a dialect.
+
+_CALL_ID = "call_sim_1"
+_TOOL_USE_ID = "toolu_sim_1"
+_TOOL_INPUT = {"query": "sim"}
+_TOOL_ARGUMENTS = json.dumps(_TOOL_INPUT)
+# The arguments stream in two pieces, so a client must join deltas to read them.
+_TOOL_PIECES = ('{"query": ', '"sim"}')
+_TOOL_TOKENS = len(_TOOL_ARGUMENTS.split()) + 1
+_OVERLOADED = "Overloaded"
+
+
+@dataclass(frozen=True)
+class _Reply:
+    """What the model answers, whatever the protocol: a text, or a call of `tool`."""
+
+    text: str = ""
+    tool: str = ""
+    # Streamed pieces (words or argument parts), each with its fault index (see `Simulator._stream`).
+    pieces: tuple[tuple[int, str], ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        return _TOOL_TOKENS if self.tool else len(self.text.split())
+
+    @property
+    def stream_tokens(self) -> int:
+        return _TOOL_TOKENS if self.tool else len(self.pieces)
+
+
+@dataclass(frozen=True)
+class _Call:
+    name: str
+    model: str
+    request: dict[str, Any]
+    behaviour: Behaviour
+    seq: int
+    prompt_tokens: int
+    reply: _Reply
+
+
+@dataclass(frozen=True)
+class _Stream:
+    """A stream in a protocol's bytes; `Simulator._stream` applies the faults."""
+
+    # (fault index, bytes) for each event before the end.
+    events: list[tuple[int, bytes]]
+    # Sent when the stream runs to its end; `done` (the end marker) is left out by mode "nodone".
+    tail: bytes
+    done: bytes
+    malformed: bytes
+    error: bytes
+
+
+def _reply(request: dict[str, Any], name: str, model: str, chunks: int) -> _Reply:
+    """A tool result is echoed; else the first tool is called; else the usual text (prefill continued)."""
+    messages = request.get("messages")
+    result = _tool_result(messages)
+    if result is not None:
+        text = f"Tool said: {result}"
+        return _Reply(text=text, pieces=tuple(enumerate(re.findall(r"\S+\s*", text), start=1)))
+    tool = _first_tool(request.get("tools"))
+    if tool:
+        return _Reply(tool=tool, pieces=tuple(enumerate(_TOOL_PIECES, start=1)))
+    # A prefilled answer (the last message is the assistant's) goes on after the words it already has.
+    skip = _prefilled_words(messages)
+    words = tuple((i, f"word{i} ") for i in range(1, chunks) if i > skip)
+    return _Reply(text=f"Simulated reply from {name} for {model}.", pieces=words)
+
+
+def _tool_result(messages: Any) -> str | None:
+    """The content of the tool result the conversation ends with (OpenAI or Anthropic), or None."""
+    if not isinstance(messages, list) or not messages or not isinstance(messages[-1], dict):
+        return None
+    last = messages[-1]
+    if last.get("role") == "tool":
+        return _text(last.get("content"))
+    content = last.get("content")
+    if last.get("role") == "user" and isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "tool_result":
+                return _text(block.get("content"))
+    return None
+
+
+def _first_tool(tools: Any) -> str:
+    """The name of the first tool offered (OpenAI `function.name` or Anthropic `name`), or ""."""
+    if not isinstance(tools, list) or not tools or not isinstance(tools[0], dict):
+        return ""
+    function = tools[0].get("function")
+    name = function.get("name") if isinstance(function, dict) else tools[0].get("name")
+    return str(name or "tool")
+
+
+def _text(content: Any) -> str:
+    """The text of a message content: a string, or a list of parts / blocks (text, tool_result)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(t for part in content if (t := _part_text(part)))
+    return str(content)
+
+
+def _part_text(part: Any) -> str:
+    if not isinstance(part, dict):
+        return _text(part)
+    if "text" in part:
+        return _text(part["text"])
+    return _text(part.get("content"))
+
+
+class _Dialect(Protocol):
+    def prompt_tokens(self, request: dict[str, Any]) -> int: ...
+    def status_error(self, name: str, status: int, code: str) -> dict[str, Any]: ...
+    def prefill_error(self, code: str) -> dict[str, Any]: ...
+    def context_error(self, tokens: int) -> dict[str, Any]: ...
+    def filter_error(self, code: str) -> dict[str, Any]: ...
+    def completion(self, call: _Call) -> dict[str, Any]: ...
+    def stream(self, call: _Call) -> _Stream: ...
+
+
+class _OpenAIDialect:
+    """Chat completions (OpenAI and the Azure OpenAI deployment path)."""
+
+    def prompt_tokens(self, request: dict[str, Any]) -> int:
+        return _count_tokens(request.get("messages"))
+
+    def status_error(self, name: str, status: int, code: str) -> dict[str, Any]:
+        return _error(f"Simulated {status} from {name}", "server_error", code or None)
+
+    def prefill_error(self, code: str) -> dict[str, Any]:
+        return _error(_PREFILL, "invalid_request_error", code or "prefill_unsupported")
+
+    def context_error(self, tokens: int) -> dict[str, Any]:
+        payload = _error(_context_message(tokens), "invalid_request_error", "context_length_exceeded")
+        payload["error"]["param"] = "messages"
+        return payload
+
+    def filter_error(self, code: str) -> dict[str, Any]:
+        payload = _error(_FILTERED, "invalid_request_error", code or "content_filter")
+        payload["error"]["param"] = "prompt"
+        return payload
+
+    def completion(self, call: _Call) -> dict[str, Any]:
+        reply, prompt = call.reply, call.prompt_tokens
+        message: dict[str, Any] = {"role": "assistant", "content": reply.text}
+        if reply.tool:
+            message = {"role": "assistant", "content": None, "tool_calls": [_openai_tool_call(reply.tool)]}
+        usage: Any = (
+            {"prompt_tokens": str(prompt), "completion_tokens": -1}
+            if call.behaviour.mode == "badusage"
+            else {"prompt_tokens": prompt, "completion_tokens": reply.tokens, "total_tokens": prompt + reply.tokens}
+        )
+        return {
+            "id": f"chatcmpl-sim-{call.seq}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": call.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool else "stop"}],
+            "usage": usage,
+        }
+
+    def stream(self, call: _Call) -> _Stream:
+        reply, created, ident = call.reply, int(time.time()), f"chatcmpl-sim-{call.seq}"
+
+        def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+            choices = [{"index": 0, "delta": delta, "finish_reason": finish}]
+            return _sse(
+                {
+                    "id": ident,
+                    "object": "chat.completion.chunk",
+                    "created": created,
+                    "model": call.model,
+                    "choices": [] if "usage" in extra else choices,
+                    **extra,
+                }
+            )
+
+        if reply.tool:
+            call_header = {"index": 0, **_openai_tool_call(reply.tool, "")}
+            opening: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call_header]}
+            deltas: list[tuple[int, dict[str, Any]]] = [
+                (i, {"tool_calls": [{"index": 0, "function": {"arguments": p}}]}) for i, p in reply.pieces
+            ]
+        else:
+            opening = {"role": "assistant", "content": ""}
+            deltas = [(i, {"content": p}) for i, p in reply.pieces]
+        tail = chunk({}, "tool_calls" if reply.tool else "stop")
+        if (call.request.get("stream_options") or {}).get("include_usage"):
+            prompt, words = call.prompt_tokens, reply.stream_tokens
+            usage: Any = (
+                []
+                if call.behaviour.mode == "badusage"
+                else {"prompt_tokens": prompt, "completion_tokens": words, "total_tokens": prompt + words}
+            )
+            tail += chunk({}, usage=usage)
+        kind = call.behaviour.error_code or "overloaded_error"
+        return _Stream(
+            events=[(0, chunk(opening)), *((i, chunk(d)) for i, d in deltas)],
+            tail=tail,
+            done=b"data: [DONE]\n\n",
+            malformed=b"data: {not json\n\n",
+            error=_sse({"error": {"message": _OVERLOADED, "type": kind, "param": None, "code": None}}),
+        )
+
+
+def _openai_tool_call(tool: str, arguments: str = _TOOL_ARGUMENTS) -> dict[str, Any]:
+    return {"id": _CALL_ID, "type": "function", "function": {"name": tool, "arguments": arguments}}
+
+
+class _AnthropicDialect:
+    """The Anthropic Messages API (`/v1/messages`)."""
+
+    def prompt_tokens(self, request: dict[str, Any]) -> int:
+        return _count_tokens(request.get("messages")) + len(_text(request.get("system")).split())
+
+    def status_error(self, name: str, status: int, code: str) -> dict[str, Any]:
+        return _anthropic_error(code or _anthropic_kind(status), f"Simulated {status} from {name}")
+
+    def prefill_error(self, code: str) -> dict[str, Any]:
+        return _anthropic_error(code or "invalid_request_error", _ANTHROPIC_PREFILL)
+
+    def context_error(self, tokens: int) -> dict[str, Any]:
+        message = f"prompt is too long: {max(tokens, 8193)} tokens > 8192 maximum"
+        return _anthropic_error("invalid_request_error", message)
+
+    def filter_error(self, code: str) -> dict[str, Any]:
+        return _anthropic_error(code or "invalid_request_error", _ANTHROPIC_FILTERED)
+
+    def completion(self, call: _Call) -> dict[str, Any]:
+        reply = call.reply
+        block = _tool_use(reply.tool, _TOOL_INPUT) if reply.tool else {"type": "text", "text": reply.text}
+        usage: Any = (
+            {"input_tokens": str(call.prompt_tokens), "output_tokens": -1}
+            if call.behaviour.mode == "badusage"
+            else {"input_tokens": call.prompt_tokens, "output_tokens": reply.tokens}
+        )
+        return {
+            "id": f"msg_sim-{call.seq}",
+            "type": "message",
+            "role": "assistant",
+            "model": call.model,
+            "content": [block],
+            "stop_reason": "tool_use" if reply.tool else "end_turn",
+            "stop_sequence": None,
+            "usage": usage,
+        }
+
+    def stream(self, call: _Call) -> _Stream:
+        reply, bad = call.reply, call.behaviour.mode == "badusage"
+        message = {
+            **self.completion(call),
+            "content": [],
+            "stop_reason": None,
+            "usage": {"input_tokens": str(call.prompt_tokens), "output_tokens": -1}
+            if bad
+            else {"input_tokens": call.prompt_tokens, "output_tokens": 1},
+        }
+        if reply.tool:
+            block = _tool_use(reply.tool, {})
+            deltas = [{"type": "input_json_delta", "partial_json": p} for _, p in reply.pieces]
+        else:
+            block = {"type": "text", "text": ""}
+            deltas = [{"type": "text_delta", "text": p} for _, p in reply.pieces]
+        events = [
+            _event("message_start", message=message),
+            _event("content_block_start", index=0, content_block=block),
+            _event("ping"),
+            *(_event("content_block_delta", index=0, delta=d) for d in deltas),
+        ]
+        stop = {"stop_reason": "tool_use" if reply.tool else "end_turn", "stop_sequence": None}
+        usage: Any = [] if bad else {"output_tokens": reply.stream_tokens}
+        kind = call.behaviour.error_code or "overloaded_error"
+        return _Stream(
+            events=list(enumerate(events)),
+            tail=_event("content_block_stop", index=0) + _event("message_delta", delta=stop, usage=usage),
+            done=_event("message_stop"),
+            malformed=b"event: content_block_delta\ndata: {not json\n\n",
+            error=_event("error", error={"type": kind, "message": _OVERLOADED}),
+        )
+
+
+def _tool_use(tool: str, tool_input: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "tool_use", "id": _TOOL_USE_ID, "name": tool, "input": tool_input}
+
+
+def _event(kind: str, **fields: Any) -> bytes:
+    """One Anthropic server-sent event: its name, then its JSON (which repeats the name as `type`)."""
+    return f"event: {kind}\n".encode() + _sse({"type": kind, **fields})
+
+
+def _anthropic_error(kind: str, message: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+def _anthropic_kind(status: int) -> str:
+    """Anthropic's error type for an HTTP status."""
+    if status == 529:
+        return "overloaded_error"
+    if status >= 500:
+        return "api_error"
+    return _ANTHROPIC_KINDS.get(status, "invalid_request_error")
+
+
+_ANTHROPIC_KINDS = {
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+}
+_OPENAI: _Dialect = _OpenAIDialect()
+_ANTHROPIC: _Dialect = _AnthropicDialect()
+
+
+# --- Routes and request checks ---------------------------------------------------------------------------
+
+Checked = dict[str, Any] | tuple[int, dict[str, Any]]
+
+
+def _route(method: str, path: str) -> tuple[str, str, str] | None:
+    """(provider name, protocol, Azure deployment or "") for a chat call's path, else None."""
+    parts = path.strip("/").split("/")
+    if method != "POST" or len(parts) < 3:
+        return None
+    if parts[1:] == ["v1", "chat", "completions"]:
+        return parts[0], "openai", ""
+    if parts[1:] == ["v1", "messages"]:
+        return parts[0], "anthropic", ""
+    if len(parts) == 6 and parts[1:3] == ["openai", "deployments"] and parts[4:] == ["chat", "completions"]:
+        return parts[0], "azure", parts[3]
+    return None
+
+
+def _parse(body: bytes) -> dict[str, Any] | None:
+    try:
+        request = json.loads(body or b"{}")
+    except json.JSONDecodeError:
+        return None
+    return request if isinstance(request, dict) else None
+
+
+def _check_openai(headers: dict[str, str], query: bytes, body: bytes) -> Checked:
+    request = _parse(body)
+    return (400, _error("Invalid JSON body", "invalid_request_error")) if request is None else request
+
+
+def _check_azure(headers: dict[str, str], query: bytes, body: bytes) -> Checked:
+    if not headers.get("api-key"):
+        return 401, {"error": {"code": "401", "message": _AZURE_KEY}}
+    if not parse_qs(query.decode("latin-1")).get("api-version"):
+        return 400, {"error": {"code": "MissingApiVersionParameter", "message": _AZURE_VERSION}}
+    return _check_openai(headers, query, body)
+
+
+def _check_anthropic(headers: dict[str, str], query: bytes, body: bytes) -> Checked:
+    if not headers.get("x-api-key"):
+        return 401, _anthropic_error("authentication_error", "x-api-key header is required")
+    if not headers.get("anthropic-version"):
+        return 400, _anthropic_error("invalid_request_error", "anthropic-version: header is required")
+    request = _parse(body)
+    if request is None:
+        return 400, _anthropic_error("invalid_request_error", "There was an error parsing the body as JSON")
+    if "max_tokens" not in request:
+        return 400, _anthropic_error("invalid_request_error", "max_tokens: Field required")
+    return request
+
+
+_CHECKS: dict[str, Callable[[dict[str, str], bytes, bytes], Checked]] = {
+    "openai": _check_openai,
+    "azure": _check_azure,
+    "anthropic": _check_anthropic,
+}
+_AZURE_KEY = (
+    "Access denied due to invalid subscription key or wrong API endpoint. Make sure to provide a valid key "
+    "for an active subscription and use a correct regional API endpoint for your resource."
+)
+_AZURE_VERSION = "The api-version query parameter (?api-version=) is required for all requests."
+_ANTHROPIC_PREFILL = (
+    "This model does not support assistant message prefill. The conversation must end with a user message."
+)
+_ANTHROPIC_FILTERED = "Output blocked by content filtering policy"
+
+
 _PREFILL = "This model does not support assistant message prefill: the final message must have role user."
 _FILTERED = (
     "The response was filtered due to the prompt triggering the content management policy. "
@@ -440,7 +785,7 @@ def _prefilled_words(messages: Any) -> int:
     """How many words of the answer a trailing assistant message (a prefill) already holds."""
     if not isinstance(messages, list) or not messages or _role(messages[-1]) != "assistant":
         return 0
-    return len(str(messages[-1].get("content") or "").split())
+    return len(_text(messages[-1].get("content")).split())
 
 
 def _role(message: Any) -> Any:
@@ -476,7 +821,7 @@ def _sse(obj: dict[str, Any]) -> bytes:
 def _count_tokens(messages: Any) -> int:
     if not isinstance(messages, list):
         return 0
-    return sum(len(str(m.get("content", "")).split()) for m in messages if isinstance(m, dict)) + 3
+    return sum(len(_text(m.get("content", "")).split()) for m in messages if isinstance(m, dict)) + 3
 
 
 async def _read_body(receive: Receive) -> bytes:
