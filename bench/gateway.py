@@ -4,7 +4,8 @@ Starts the simulator and ONE gateway worker process (`manage.py run_gateway`,
 production mode: Redis-backed breaker, request logs to a Redis stream, config
 from a SQLite file this script prepares), drives both with wrk (C, so the load
 generator is not the bottleneck), and prints requests/s and p50/p99 latency at
-concurrency 1, 16 and 64, the same with the primary failing and fallback serving,
+concurrency 1, 16 and 64, the same with the primary failing and fallback serving
+(the chain's resilience policy off, the default, and on, in alternating slices),
 streaming time to first byte, resident memory and CPU time per request.
 
     .venv/bin/python bench/gateway.py [--duration 8] [--connections 1,16,64]
@@ -33,6 +34,9 @@ ROOT = Path(__file__).resolve().parents[1]
 BODY = '{"model":"gpt-4o","messages":[{"role":"user","content":"Say hello in five words."}]}'
 # gpt-4o-b's provider always answers 503: once its circuit is open, its chain serves (fallback runs).
 FALLBACK_BODY = BODY.replace('"gpt-4o"', '"gpt-4o-b"')
+# gpt-4o-r is on the same failing provider, but its chain has the resilience policy on: the same failover
+# through the attempt loop and its planner, so the two rows differ by the policy's cost only.
+RESILIENT_BODY = BODY.replace('"gpt-4o"', '"gpt-4o-r"')
 STREAM_BODY = '{"model":"gpt-4o","stream":true,"messages":[{"role":"user","content":"Say hello."}]}'
 
 
@@ -72,8 +76,12 @@ broken = Provider.objects.create(name="broken", base_url="{sim_url}/fail-503/v1"
 LlmModel.objects.create(name="gpt-4o", provider=openai, input_price_per_mtok=Decimal("2.5"), output_price_per_mtok=10)
 LlmModel.objects.create(name="claude", provider=backup, input_price_per_mtok=Decimal("3"), output_price_per_mtok=15)
 LlmModel.objects.create(name="gpt-4o-b", provider=broken, input_price_per_mtok=Decimal("2.5"), output_price_per_mtok=10)
+LlmModel.objects.create(name="gpt-4o-r", provider=broken, input_price_per_mtok=Decimal("2.5"), output_price_per_mtok=10)
 chain_create(actor=None, data=ChainInput(name="bench", source_model="gpt-4o", entries=[EntryInput("claude")]))
-chain_create(actor=None, data=ChainInput(name="broken", source_model="gpt-4o-b", entries=[EntryInput("claude")]))
+for name, source, policy in (("broken", "gpt-4o-b", False), ("resilient", "gpt-4o-r", True)):
+    chain_create(actor=None, data=ChainInput(
+        name=name, source_model=source, entries=[EntryInput("claude")], resilience={{"enabled": policy}}
+    ))
 user = get_user_model().objects.create_user("bench")
 print(api_key_create(actor=None, name="bench", user=user).secret)
 """
@@ -248,22 +256,22 @@ def main() -> None:
         direct_url = f"{sim_url}/openai/v1/chat/completions"
         gateway_url = f"{gw_url}/v1/chat/completions"
         headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
-        for _ in range(12):  # open gpt-4o-b's circuit (5 failures among at least 10 requests)
-            httpx.post(gateway_url, content=FALLBACK_BODY, headers=headers)
-        check = httpx.post(gateway_url, content=FALLBACK_BODY, headers=headers)
-        assert check.headers.get("x-vidai-fallback") == "true", "circuit did not open"
+        for body in (FALLBACK_BODY, RESILIENT_BODY):
+            open_circuit(gateway_url, headers, body)
         wrk(gateway_url, key, 16, 2)  # warm up connection pools and caches
         wrk(gateway_url, key, 16, 2, FALLBACK_BODY)
+        wrk(gateway_url, key, 16, 2, RESILIENT_BODY)
         cpu_before, _ = proc_stats(gw_pid)
         gateway_requests = 0
-        fallback_rows = []
-        # Interleaved per concurrency, so drift on a shared machine affects all three alike.
+        fallback_rows: list[tuple[int, Failover, Failover]] = []
+        # Interleaved per concurrency, so drift on a shared machine affects all four alike.
         for c in concurrencies:
             direct = wrk(direct_url, None, c, args.duration)
             through = wrk(gateway_url, key, c, args.duration)
             gateway_requests += through["requests"]
             cpu_mid, _ = proc_stats(gw_pid)
-            fallback_rows.append((c, wrk(gateway_url, key, c, args.duration, FALLBACK_BODY)))
+            default, resilient = failover_pair(sim_url, gateway_url, key, gw_pid, c, args.duration)
+            fallback_rows.append((c, default, resilient))
             cpu_before += proc_stats(gw_pid)[0] - cpu_mid  # CPU per request counts healthy runs only
             rows.append((c, direct, through))
         cpu_after, rss = proc_stats(gw_pid)
@@ -298,13 +306,19 @@ def main() -> None:
             f"{g['p50'] - d['p50']:.2f} | {d['p99']:.2f} | {g['p99']:.2f} | {g['errors']} |"
         )
     print("\nPrimary failing, circuit open, served by the chain's first entry:\n")
-    print("| concurrency | gateway req/s | p50 ms | p99 ms | share of healthy req/s | non-2xx |")
-    print("|---:|---:|---:|---:|---:|---:|")
+    print(
+        "| concurrency | policy | gateway req/s | p50 ms | p99 ms | share of healthy req/s "
+        "| policy on / default | CPU µs/req | non-2xx | primary calls |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     healthy = {c: g["rps"] for c, _, g in rows}
-    for c, f in fallback_rows:
-        print(
-            f"| {c} | {f['rps']:,.0f} | {f['p50']:.2f} | {f['p99']:.2f} | {f['rps'] / healthy[c]:.0%} | {f['errors']} |"
-        )
+    for c, default, resilient in fallback_rows:
+        for label, f in (("default", default), ("on", resilient)):
+            ratio = f"{resilient['rps'] / default['rps']:.1%}" if f is resilient else ""
+            print(
+                f"| {c} | {label} | {f['rps']:,.0f} | {f['p50']:.2f} | {f['p99']:.2f} | {f['rps'] / healthy[c]:.0%} "
+                f"| {ratio} | {f['cpu_us']:.0f} | {f['errors']} | {f['primary_calls']} |"
+            )
     print(
         f"\nStreaming time to first byte (median of {n}, sequential): direct {ttfb_direct:.2f} ms, "
         f"gateway {ttfb_gateway:.2f} ms, added {ttfb_gateway - ttfb_direct:.2f} ms"
@@ -315,6 +329,76 @@ def main() -> None:
         f"({gateway_requests:,} requests)"
     )
     print(f"/metrics: answered in {scrape_ms:.1f} ms, counting {counted:,.0f} chat requests")
+
+
+class Failover(WrkResult):
+    primary_calls: int
+    cpu_us: float
+
+
+def failover_pair(
+    sim_url: str, gateway_url: str, key: str, gw_pid: int, connections: int, duration: int
+) -> tuple[Failover, Failover]:
+    """The default failover and the same with the policy on, about `duration` seconds each, in 2 s slices
+    of alternating order (AB BA AB ...).
+
+    A shared machine's load drifts within seconds; alternating slices give both rows the same drift, which
+    two back-to-back runs do not. req/s is the slices' mean (equal lengths), p50 their median, p99 their worst.
+    """
+    seconds = min(2, duration)
+    runs: dict[str, list[Failover]] = {FALLBACK_BODY: [], RESILIENT_BODY: []}
+    for i in range(max(duration // seconds, 1)):
+        order = (FALLBACK_BODY, RESILIENT_BODY) if i % 2 == 0 else (RESILIENT_BODY, FALLBACK_BODY)
+        for body in order:
+            runs[body].append(failover(sim_url, gateway_url, key, gw_pid, connections, seconds, body))
+    return _merged(runs[FALLBACK_BODY]), _merged(runs[RESILIENT_BODY])
+
+
+def failover(
+    sim_url: str, gateway_url: str, key: str, gw_pid: int, connections: int, duration: int, body: str
+) -> Failover:
+    """A wrk run against a model whose primary fails, with the calls its primary saw meanwhile.
+
+    The runs go one after another and only they call the failing provider, so the difference of its
+    counter is this run's: 0 while its circuit stays open, a few if a cooldown ends and probes go out.
+    The gateway's CPU time per request is the steadier figure on a shared machine: req/s moves with
+    whatever else runs, CPU per request much less.
+    """
+    before = primary_calls(sim_url)
+    cpu_before, _ = proc_stats(gw_pid)
+    result = wrk(gateway_url, key, connections, duration, body)
+    cpu = proc_stats(gw_pid)[0] - cpu_before
+    per_request = cpu / max(result["requests"], 1) * 1e6
+    return {**result, "primary_calls": primary_calls(sim_url) - before, "cpu_us": per_request}
+
+
+def _merged(runs: list[Failover]) -> Failover:
+    requests = sum(r["requests"] for r in runs)
+    return {
+        "rps": statistics.fmean(r["rps"] for r in runs),
+        "p50": statistics.median(r["p50"] for r in runs),
+        "p99": max(r["p99"] for r in runs),
+        "requests": requests,
+        "errors": sum(r["errors"] for r in runs),
+        "primary_calls": sum(r["primary_calls"] for r in runs),
+        "cpu_us": sum(r["cpu_us"] * r["requests"] for r in runs) / max(requests, 1),
+    }
+
+
+def primary_calls(sim_url: str) -> int:
+    """Calls the simulator's always-failing provider has answered so far."""
+    state = httpx.get(f"{sim_url}/_sim/state", timeout=10).json()
+    calls: int = (state.get("fail-503") or {}).get("requests", 0)
+    return calls
+
+
+def open_circuit(gateway_url: str, headers: dict[str, str], body: str) -> None:
+    """Fail `body`'s primary until its circuit opens (5 failures among at least 10 requests), then check."""
+    for _ in range(12):
+        httpx.post(gateway_url, content=body, headers=headers)
+    check = httpx.post(gateway_url, content=body, headers=headers)
+    assert check.headers.get("x-vidai-fallback") == "true", "circuit did not open"
+    assert check.headers.get("x-vidai-attempts", "1") == "1", "the open primary was called"
 
 
 def scrape_metrics(url: str) -> tuple[float, float]:
