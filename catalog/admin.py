@@ -75,6 +75,8 @@ class ProviderForm(ServiceForm):
             "read_timeout",
             "first_token_timeout_seconds",
             "idle_timeout_seconds",
+            "api_version",
+            "deployments",
         ]
 
     def service_input(self) -> ProviderInput:
@@ -87,6 +89,8 @@ class ProviderForm(ServiceForm):
             read_timeout=data["read_timeout"],
             first_token_timeout_seconds=data.get("first_token_timeout_seconds"),
             idle_timeout_seconds=data.get("idle_timeout_seconds"),
+            api_version=data.get("api_version") or "",
+            deployments=data.get("deployments") or {},
         )
 
     def service_validate(self, data: ProviderInput) -> None:
@@ -147,7 +151,15 @@ class LlmModelForm(ServiceForm):
 
     class Meta:
         model = LlmModel
-        fields = ["name", "provider", "capabilities", "input_price_per_mtok", "output_price_per_mtok", "context_window"]
+        fields = [
+            "name",
+            "provider",
+            "capabilities",
+            "input_price_per_mtok",
+            "output_price_per_mtok",
+            "context_window",
+            "max_output_tokens",
+        ]
 
     def service_input(self) -> LlmModelInput:
         data = self.cleaned_data
@@ -158,6 +170,7 @@ class LlmModelForm(ServiceForm):
             input_price_per_mtok=data["input_price_per_mtok"],
             output_price_per_mtok=data["output_price_per_mtok"],
             context_window=data["context_window"],
+            max_output_tokens=data["max_output_tokens"],
         )
 
     def service_validate(self, data: LlmModelInput) -> None:

@@ -96,6 +96,10 @@ class ProviderDetailApi(APIView):
         read_timeout = serializers.FloatField()
         first_token_timeout_seconds = serializers.FloatField(allow_null=True)
         idle_timeout_seconds = serializers.FloatField(allow_null=True)
+        api_version = serializers.CharField(help_text='Azure OpenAI\'s api-version query parameter; "" otherwise.')
+        deployments = serializers.DictField(
+            child=serializers.CharField(), help_text="Azure OpenAI: catalog model name → deployment name."
+        )
         created_at = serializers.DateTimeField()
         updated_at = serializers.DateTimeField()
 
@@ -141,6 +145,17 @@ class ProviderCreateApi(APIView):
         )
         idle_timeout_seconds = serializers.FloatField(
             allow_null=True, default=None, help_text="Resilient chains' stream idle timeout; null = the policy's."
+        )
+        api_version = serializers.CharField(
+            allow_blank=True,
+            default="",
+            help_text='Azure OpenAI\'s api-version query parameter, e.g. "2024-10-21"; required for protocol azure.',
+        )
+        deployments = serializers.DictField(
+            child=serializers.CharField(allow_blank=True),
+            default=dict,
+            help_text='Azure OpenAI: catalog model name → deployment name, e.g. {"gpt-4o": "gpt-4o-prod"}; '
+            "a model not listed is called by its own name. Keys must be catalog models.",
         )
 
         class Meta:
@@ -188,6 +203,8 @@ class ProviderUpdateApi(APIView):
             "read_timeout": provider.read_timeout,
             "first_token_timeout_seconds": provider.first_token_timeout_seconds,
             "idle_timeout_seconds": provider.idle_timeout_seconds,
+            "api_version": provider.api_version,
+            "deployments": dict(provider.deployments or {}),
         }
         merged = {**current, **data} if partial else data
         provider = provider_update(actor=request.user, provider=provider, data=ProviderInput(**merged), api_key=api_key)
@@ -214,6 +231,9 @@ class LlmModelDetailApi(APIView):
         input_price_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=4)
         output_price_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=4)
         context_window = serializers.IntegerField()
+        max_output_tokens = serializers.IntegerField(
+            help_text="max_tokens sent to upstreams that require it (Anthropic) when the client omits it."
+        )
         created_at = serializers.DateTimeField()
         updated_at = serializers.DateTimeField()
 
@@ -246,6 +266,10 @@ class LlmModelCreateApi(APIView):
         input_price_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=4, default=Decimal(0))
         output_price_per_mtok = serializers.DecimalField(max_digits=12, decimal_places=4, default=Decimal(0))
         context_window = serializers.IntegerField(default=8192)
+        max_output_tokens = serializers.IntegerField(
+            default=4096,
+            help_text="max_tokens sent to upstreams that require it (Anthropic) when the client omits it; at least 1.",
+        )
 
         class Meta:
             ref_name = "ModelInput"
@@ -289,6 +313,7 @@ class LlmModelUpdateApi(APIView):
             "input_price_per_mtok": model.input_price_per_mtok,
             "output_price_per_mtok": model.output_price_per_mtok,
             "context_window": model.context_window,
+            "max_output_tokens": model.max_output_tokens,
         }
         merged = {**current, **data} if partial else data
         model = llm_model_update(actor=request.user, model=model, data=LlmModelInput(**merged))

@@ -4,6 +4,7 @@ from django.db import models
 class Protocol(models.TextChoices):
     OPENAI = "openai", "OpenAI"
     ANTHROPIC = "anthropic", "Anthropic"
+    AZURE = "azure", "Azure OpenAI"
 
 
 class Capability(models.TextChoices):

@@ -82,6 +82,14 @@ class Provider(models.Model):
     # Resilient chains' stream timeouts for this provider; None = the chain's policy (global default).
     first_token_timeout_seconds = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.5)])
     idle_timeout_seconds = models.FloatField(null=True, blank=True, validators=[MinValueValidator(0.5)])
+    # Azure OpenAI only: the `api-version` query parameter of every call (required there), and catalog model
+    # name → deployment name (a model not listed is called by its own name).
+    api_version = models.CharField(max_length=32, blank=True, default="", help_text="Azure OpenAI: e.g. 2024-10-21.")
+    deployments = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Azure OpenAI: catalog model name → deployment name, e.g. {"gpt-4o": "gpt-4o-prod"}.',
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -101,6 +109,12 @@ class LlmModel(models.Model):
     input_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     output_price_per_mtok = models.DecimalField(max_digits=12, decimal_places=4, default=0)
     context_window = models.PositiveIntegerField(default=8192)
+    # What the gateway sends as `max_tokens` to an upstream that requires it (Anthropic) when the client omits it.
+    max_output_tokens = models.PositiveIntegerField(
+        default=4096,
+        validators=[MinValueValidator(1)],
+        help_text="Sent as max_tokens to upstreams that require it (Anthropic) when the client omits it.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

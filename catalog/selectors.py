@@ -36,6 +36,16 @@ def api_key_list() -> QuerySet[ApiKey]:
     return ApiKey.objects.select_related("user", "team", "application", "agent").order_by("-created_at", "-id")
 
 
+def providers_deploying(*, model_name: str) -> list[Provider]:
+    """Providers whose Azure deployments map `model_name`, by name."""
+    return list(Provider.objects.filter(deployments__has_key=model_name).order_by("name"))
+
+
+def provider_protocols() -> dict[str, str]:
+    """Provider name → protocol, for the console's protocol badges (one query)."""
+    return dict(Provider.objects.values_list("name", "protocol"))
+
+
 def models_of_provider(*, provider: Provider) -> list[str]:
     """Names of the catalog models whose default provider is `provider`."""
     return sorted(LlmModel.objects.filter(provider=provider).values_list("name", flat=True))

@@ -1,10 +1,11 @@
 """Reads of fallback chains."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from django.db.models import Prefetch, Q, QuerySet
 
+from catalog.enums import Capability, Protocol
 from catalog.models import LlmModel, Provider
 from catalog.scopes import Scope, scopes_overlap
 from chains.models import ChainEntry, FallbackChain, ResilienceDefaults
@@ -110,12 +111,91 @@ def cost_hint(*, source: LlmModel, model: LlmModel) -> str:
 
 @dataclass(frozen=True)
 class ChainWarning:
-    kind: str  # "routing_rule" | "capability"
+    kind: str  # "routing_rule" | "capability" | "context_window" | "protocol"
     message: str
 
 
-def chain_warnings(*, source: LlmModel, entries: list[LlmModel], scope: Scope) -> list[ChainWarning]:
-    """Non-blocking warnings for the editor: a routing rule rewrites the source away; an entry lacks a capability."""
+# What a request needs of a capability, so a warning says which requests an entry cannot serve.
+_CAPABILITY_REQUESTS: dict[str, str] = {
+    Capability.TEXT: "text requests",
+    Capability.VISION: "requests with images",
+    Capability.TOOLS: "requests with tools",
+    Capability.JSON_OUTPUT: "requests asking for JSON output",
+    Capability.AUDIO: "requests with audio",
+    Capability.ASSISTANT_PREFILL: "requests ending in an assistant prefill",
+}
+# OpenAI and Azure OpenAI share the Chat Completions body; only Anthropic Messages needs a translation.
+_PROTOCOL_FAMILY: dict[str, str] = {
+    Protocol.OPENAI: "openai",
+    Protocol.AZURE: "openai",
+    Protocol.ANTHROPIC: "anthropic",
+}
+# docs/protocols.md's "Refused" lists, in words: what a translated request cannot carry.
+_REFUSED_TOWARDS = {
+    "anthropic": "n > 1, logprobs, response_format json_object/json_schema and temperature above 1",
+    "openai": "top_k, extended thinking and Anthropic's server tools",
+}
+
+
+def _tokens(count: int) -> str:
+    """128000 → "128k", 1000000 → "1M": how context windows are usually quoted."""
+    if count >= 1_000_000 and count % 100_000 == 0:
+        return f"{count / 1_000_000:g}M"
+    if count >= 1000 and count % 100 == 0:
+        return f"{count / 1000:g}k"
+    return f"{count:,}"
+
+
+def _protocol_label(protocol: str) -> str:
+    return Protocol(protocol).label if protocol in Protocol.values else protocol
+
+
+def _capability_warning(source: LlmModel, model: LlmModel) -> ChainWarning | None:
+    missing = [c for c in Capability.values if c in (source.capabilities or []) and c not in (model.capabilities or [])]
+    if not missing:
+        return None
+    what = " and ".join(_CAPABILITY_REQUESTS.get(c, f"requests using {c}") for c in missing)
+    return ChainWarning(
+        "capability",
+        f"{model.name} lacks {', '.join(missing)} that {source.name} has: {what} cannot be served by this entry.",
+    )
+
+
+def _context_warning(source: LlmModel, model: LlmModel) -> ChainWarning | None:
+    if model.context_window >= source.context_window:
+        return None
+    return ChainWarning(
+        "context_window",
+        f"{model.name} has a {_tokens(model.context_window)} context window, smaller than {source.name}'s "
+        f"{_tokens(source.context_window)}: a long request that fits {source.name} cannot be served by this entry.",
+    )
+
+
+def _protocol_warning(source: LlmModel, model: LlmModel, provider: Provider) -> ChainWarning | None:
+    source_family = _PROTOCOL_FAMILY.get(source.provider.protocol)
+    entry_family = _PROTOCOL_FAMILY.get(provider.protocol)
+    if source_family is None or entry_family is None or source_family == entry_family:
+        return None
+    return ChainWarning(
+        "protocol",
+        f"{model.name} via {provider.name} speaks {_protocol_label(provider.protocol)}, while {source.name} "
+        f"via {source.provider.name} speaks {_protocol_label(source.provider.protocol)}: requests are translated, "
+        f"and those this entry cannot carry are refused ({_REFUSED_TOWARDS[entry_family]}; "
+        f"see the “Refused” lists of docs/protocols.md).",
+    )
+
+
+def chain_warnings(
+    *,
+    source: LlmModel,
+    entries: list[LlmModel],
+    scope: Scope,
+    providers: Sequence[Provider | None] = (),
+) -> list[ChainWarning]:
+    """Non-blocking warnings for the editor: a routing rule rewrites the source away; an entry lacks a capability,
+    has a smaller context window, or speaks another protocol than the source (its requests are translated).
+
+    `providers[i]` is entry i's provider override (None or absent: the model's default provider)."""
     from routing.models import RoutingRule
 
     warnings: list[ChainWarning] = []
@@ -129,17 +209,14 @@ def chain_warnings(*, source: LlmModel, entries: list[LlmModel], scope: Scope) -
                     f"in an overlapping scope, so callers there never reach this chain.",
                 )
             )
-    needed = set(source.capabilities or [])
-    for model in entries:
-        missing = sorted(needed - set(model.capabilities or []))
-        if missing:
-            warnings.append(
-                ChainWarning(
-                    "capability",
-                    f"{model.name} lacks {', '.join(missing)} that {source.name} has; "
-                    f"requests using it may fail when served from this entry.",
-                )
-            )
+    for i, model in enumerate(entries):
+        provider = (providers[i] if i < len(providers) else None) or model.provider
+        found = (
+            _capability_warning(source, model),
+            _context_warning(source, model),
+            _protocol_warning(source, model, provider),
+        )
+        warnings.extend(w for w in found if w is not None)
     return warnings
 
 

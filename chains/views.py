@@ -274,8 +274,15 @@ def _warnings(form: ChainForm, models: dict[str, LlmModel]) -> list[ChainWarning
         scope = Scope.global_() if scope_type == ScopeType.GLOBAL else None
     if scope is None:
         return []
-    entry_models = [models[e.model] for e in form.entries if e.model in models]
-    return chain_warnings(source=source, entries=entry_models, scope=scope)
+    shown = [e for e in form.entries if e.model in models]
+    # An entry's provider override decides which protocol serves it (an unknown name: its own field error).
+    overrides = {p.name: p for p in provider_list().filter(name__in={e.provider for e in shown if e.provider})}
+    return chain_warnings(
+        source=source,
+        entries=[models[e.model] for e in shown],
+        scope=scope,
+        providers=[overrides.get(e.provider) if e.provider else None for e in shown],
+    )
 
 
 def _preview_policy(fields: ResilienceFields, defaults: ResilienceDefaults) -> ResiliencePolicy:

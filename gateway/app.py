@@ -22,12 +22,14 @@ import orjson
 
 from gateway.attempts import ADAPTERS, AttemptLoop
 from gateway.bodies import MIB, BodyBudget, BodyError, BodyLimits, parse_body, wide_numbers
+from gateway.clients import ANTHROPIC_JSON, AnthropicClientSend, anthropic_refusal
 from gateway.config import ConfigHolder
 from gateway.errors import openai_error, sse_error
 from gateway.exchange import ClientGone, Exchange, Reject, SendTracker, respond
 from gateway.logsink import LogSink, new_request_id
 from gateway.metrics import CONTENT_TYPE, FORBIDDEN_BODY, GatewayMetrics, bearer_secret
 from gateway.snapshot import KeyInfo, ProviderInfo, Refusal, Route, Snapshot
+from gateway.translate import TranslationError, anthropic_to_openai_request
 from gateway.upstream.base import Adapter
 from gateway.upstream.transport import FastTransport
 from health.breaker.base import BreakerEngine
@@ -160,6 +162,11 @@ class GatewayApp:
                 await respond(send, 405, openai_error("Use POST for /v1/chat/completions."))
                 return
             await self._chat(scope, receive, send)
+        elif path == "/v1/messages":
+            if method != "POST":
+                await _respond_anthropic(send, 405, "Use POST for /v1/messages.")
+                return
+            await self._chat(scope, receive, send, anthropic=True)
         elif path == "/v1/models" and method == "GET":
             await self._models(scope, send)
         elif path == "/healthz":
@@ -208,13 +215,20 @@ class GatewayApp:
 
     # -- auth ----------------------------------------------------------------------
     def _authenticate(self, scope: dict[str, Any], snap: Snapshot) -> KeyInfo:
+        """The gateway key from `Authorization: Bearer <key>`, or `x-api-key: <key>` (the Anthropic SDK's)."""
         header = b""
         for name, value in scope["headers"]:
             if name == b"authorization":
                 header = value
                 break
+            if name == b"x-api-key" and value.strip():
+                header = b"Bearer " + value.strip()
         if not header:
-            raise Reject(401, "Missing API key: send it as `Authorization: Bearer <key>`.", code="missing_api_key")
+            raise Reject(
+                401,
+                "Missing API key: send it as `Authorization: Bearer <key>` (or `x-api-key: <key>`).",
+                code="missing_api_key",
+            )
         scheme, _, secret = header.partition(b" ")
         if scheme.lower() != b"bearer" or not secret.strip():
             raise Reject(401, "Malformed Authorization header: expected `Bearer <key>`.", code="invalid_api_key")
@@ -239,15 +253,37 @@ class GatewayApp:
         for name in snap.models_for(key):
             model = snap.models.get(name)
             owner = model.provider if model else "alias"
-            data.append({"id": name, "object": "model", "created": 0, "owned_by": owner})
-        await respond(send, 200, orjson.dumps({"object": "list", "data": data}))
+            # One list both SDKs read: OpenAI's fields (object, created, owned_by) and Anthropic's (type,
+            # display_name, created_at); each ignores the other's.
+            data.append(
+                {
+                    "id": name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": owner,
+                    "type": "model",
+                    "display_name": name,
+                    "created_at": "1970-01-01T00:00:00Z",
+                }
+            )
+        listing = {
+            "object": "list",
+            "data": data,
+            "has_more": False,
+            "first_id": data[0]["id"] if data else None,
+            "last_id": data[-1]["id"] if data else None,
+        }
+        await respond(send, 200, orjson.dumps(listing))
 
     # -- chat ------------------------------------------------------------------------
-    async def _chat(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _chat(self, scope: dict[str, Any], receive: Any, send: Any, *, anthropic: bool = False) -> None:
+        """One chat request. `anthropic`: it came as a Messages request and is answered in that shape
+        (gateway/clients.py); everything in between works in the OpenAI shape."""
         call = Exchange(request_id=new_request_id(), started=time.perf_counter(), created_at=time.time())
-        sent = SendTracker(send)
+        client = AnthropicClientSend(send, model="") if anthropic else None
+        sent = SendTracker(client or send)
         try:
-            await self._chat_inner(call, scope, receive, sent)
+            await self._chat_inner(call, scope, receive, sent, client)
         except ClientGone:
             call.status, call.error_kind = 499, "client_disconnected"
         except Reject as exc:
@@ -285,7 +321,9 @@ class GatewayApp:
             self._release_body(call)
             self._log(call)
 
-    async def _chat_inner(self, call: Exchange, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _chat_inner(
+        self, call: Exchange, scope: dict[str, Any], receive: Any, send: Any, client: AnthropicClientSend | None
+    ) -> None:
         snap = self.config.current
         if snap is None:
             raise Reject(
@@ -297,6 +335,10 @@ class GatewayApp:
         call.key = self._authenticate(scope, snap)
         call.raw = await self._read_body(call, scope, receive)
         payload, odd_numbers = await self._parse(call.raw)
+        if client is not None:
+            payload = await self._from_anthropic(call, payload, odd_numbers)
+            client.model = str(payload.get("model") or "")
+            odd_numbers = False  # refused above: a Messages request is always re-serialised
         model = payload.get("model")
         if not isinstance(model, str) or not model.strip():
             raise Reject(400, "Missing required parameter: 'model'.", code="missing_model", param="model")
@@ -331,6 +373,31 @@ class GatewayApp:
                 code="number_out_of_range",
             )
         await self._proxy_watching_disconnect(call, snap, receive, send)
+
+    async def _from_anthropic(self, call: Exchange, payload: dict[str, Any], odd_numbers: bool) -> dict[str, Any]:
+        """A Messages request in the canonical (OpenAI) shape; `call.raw` becomes its bytes. A parameter with
+        no OpenAI counterpart is refused here, before any upstream call, with a 400 naming it."""
+        max_tokens = payload.get("max_tokens")
+        if type(max_tokens) is not int or max_tokens < 1:
+            raise Reject(
+                400, "max_tokens: a positive integer is required.", code="missing_max_tokens", param="max_tokens"
+            )
+        if odd_numbers and await self._wide_numbers(call.raw):
+            raise Reject(
+                400,
+                "The request body holds a number beyond 64-bit range or with a three-digit exponent, which "
+                "translating it would change.",
+                code="number_out_of_range",
+            )
+        try:
+            canonical = anthropic_to_openai_request(payload, max_tokens_param="max_tokens")
+        except TranslationError as exc:
+            raise Reject(400, f"{exc.param}: {exc.message}", code="unsupported_parameter", param=exc.param) from None
+        if len(call.raw) <= THREAD_BYTES:
+            call.raw = orjson.dumps(canonical)
+        else:
+            call.raw = await self._in_thread(orjson.dumps, canonical)
+        return canonical
 
     async def _read_body(self, call: Exchange, scope: dict[str, Any], receive: Any) -> bytes:
         declared = None
@@ -532,6 +599,10 @@ def _may_rename(route: Route, model: str) -> bool:
 
 def _too_large(limit: int) -> str:
     return f"The request body is larger than the gateway's limit of {limit // (1024 * 1024)} MiB."
+
+
+async def _respond_anthropic(send: Any, status: int, message: str) -> None:
+    await respond(send, status, anthropic_refusal(status, message), headers=ANTHROPIC_JSON)
 
 
 async def _wait_disconnect(receive: Any) -> None:

@@ -41,13 +41,15 @@ from gateway.resilience import (
     retry_after,
 )
 from gateway.snapshot import ProviderInfo, Route, Snapshot, Target
+from gateway.translate import TranslationError
+from gateway.upstream.anthropic import AnthropicAdapter
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
-from gateway.upstream.openai import OpenAIAdapter
+from gateway.upstream.openai import AzureAdapter, OpenAIAdapter
 from gateway.upstream.transport import RequestBody
 from health.breaker.base import BreakerEngine
 from health.breaker.types import Decision, Outcome
 
-ADAPTERS: dict[str, type[Adapter]] = {"openai": OpenAIAdapter}
+ADAPTERS: dict[str, type[Adapter]] = {"openai": OpenAIAdapter, "anthropic": AnthropicAdapter, "azure": AzureAdapter}
 PREFILL = "assistant_prefill"  # the catalog capability a continuation needs
 _OFF = ResiliencePolicy()
 _DONE = b"data: [DONE]"
@@ -252,9 +254,19 @@ class AttemptLoop:
         try:
             async with asyncio.timeout_at(deadline):
                 try:
-                    response = await adapter.chat(body, stream=call.stream)
+                    response = await adapter.chat(
+                        body, stream=call.stream, model=target.model, max_tokens_default=_max_tokens(snap, target)
+                    )
                 finally:
                     body.sent()  # the upstream has the request (or never will): its bytes can go
+        except TranslationError as exc:
+            # Nothing was sent: the client's request names something this target's protocol cannot carry.
+            attempt["error"], attempt["duration_ms"] = "untranslatable", ms(t0)
+            report(Outcome.cancelled())
+            call.status, call.error_kind = 400, "untranslatable"
+            self._log(call)
+            await respond(send, 400, _untranslatable(exc, target), extra=headers)
+            return
         except (UpstreamError, TimeoutError) as exc:
             kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
             message = exc.message if isinstance(exc, UpstreamError) else "The upstream exceeded the deadline."
@@ -459,7 +471,19 @@ class AttemptLoop:
         try:
             body = await self._body(call, original, target.model, stream if continuation else None)
             failure = await self._call(
-                call, send, provider, served, target, body, policy, stream, loop_deadline, record, report, at
+                call,
+                send,
+                provider,
+                served,
+                target,
+                body,
+                policy,
+                stream,
+                loop_deadline,
+                record,
+                report,
+                at,
+                max_tokens=_max_tokens(snap, target),
             )
         except asyncio.CancelledError:
             record["error"], record["duration_ms"] = "cancelled", ms(t0)
@@ -501,6 +525,8 @@ class AttemptLoop:
         record: dict[str, Any],
         report: Callable[[Outcome], None],
         at: float,
+        *,
+        max_tokens: int | None,
     ) -> _Failure | None:
         """Send the request and read the answer under the attempt's timeouts: connect (the provider's or
         the policy's, whichever is shorter), first token and stream idle (streams only: the provider's
@@ -519,11 +545,24 @@ class AttemptLoop:
             async with asyncio.timeout_at(loop_deadline):
                 # A non-streamed answer arrives whole: its wait is the provider's read timeout and the deadline.
                 async with asyncio.timeout(first_token if call.stream else None) as timer:
-                    response = await adapter.chat(body, stream=call.stream, connect_timeout=connect)
+                    response = await adapter.chat(
+                        body,
+                        stream=call.stream,
+                        connect_timeout=connect,
+                        model=target.model,
+                        max_tokens_default=max_tokens,
+                    )
                     record["status"] = response.status
                     if response.stream is not None:
                         assert stream is not None
                         await self._relay(call, send, response.stream, headers, stream, timer, idle, progress)
+        except TranslationError as exc:
+            # Nothing was sent; an error the client must fix, returned like a provider's own 400.
+            record["error"], record["duration_ms"] = "untranslatable", ms(t0)
+            report(Outcome.cancelled())
+            refusal = UpstreamResponse(400, [(b"content-type", b"application/json")], _untranslatable(exc, target))
+            attempt = Attempt(target, FailureClass.INVALID_REQUEST, at, status=400)
+            return _Failure(attempt, "untranslatable", str(exc), response=refusal, headers=headers)
         except UpstreamError as exc:
             kind = "connect_timeout" if exc.connect_timeout else exc.kind
             return self._failed(record, report, target, at, kind, exc.message, headers, t0, stream, progress)
@@ -755,6 +794,17 @@ class AttemptLoop:
 
 
 # -- helpers -----------------------------------------------------------------------------------------------
+
+
+def _max_tokens(snap: Snapshot, target: Candidate) -> int | None:
+    """The catalog's default `max_tokens` for the target's model (for protocols that require one)."""
+    model = snap.models.get(target.model)
+    return model.max_output_tokens if model is not None else None
+
+
+def _untranslatable(exc: TranslationError, target: Candidate) -> bytes:
+    message = f"{exc.message} (`{target.model}` via {target.provider} speaks another protocol)"
+    return openai_error(message, kind="invalid_request_error", code="unsupported_parameter", param=exc.param)
 
 
 def _callable(snap: Snapshot, target: Target) -> bool:

@@ -49,6 +49,13 @@ class ProviderInfo:
     # Resilient chains' stream timeouts for this provider; None = the chain policy's value.
     first_token_timeout: float | None = None
     idle_timeout: float | None = None
+    # Azure OpenAI: the `api-version` query parameter, and catalog model -> deployment name (default: the
+    # model's own name). A tuple of pairs, so the frozen dataclass stays hashable and comparable.
+    api_version: str = ""
+    deployments: tuple[tuple[str, str], ...] = ()
+
+    def deployment(self, model: str) -> str:
+        return dict(self.deployments).get(model, model)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +67,8 @@ class ModelInfo:
     output_price_per_mtok: float
     # Tokens; the resilience policy moves a context-length failure only to a larger window.
     context_window: int | None = None
+    # `max_tokens` sent to an upstream that requires it (Anthropic) when the client did not say.
+    max_output_tokens: int = 4096
 
     def cost(self, tokens_in: int | None, tokens_out: int | None) -> float | None:
         if tokens_in is None and tokens_out is None:
@@ -196,6 +205,8 @@ def _snapshot_read(version: int) -> Snapshot:
             credential_unavailable=isinstance(p.api_key, Undecryptable),
             first_token_timeout=p.first_token_timeout_seconds,
             idle_timeout=p.idle_timeout_seconds,
+            api_version=p.api_version,
+            deployments=tuple(sorted((p.deployments or {}).items())),
         )
         for p in Provider.objects.all()
     }
@@ -207,6 +218,7 @@ def _snapshot_read(version: int) -> Snapshot:
             float(m.input_price_per_mtok),
             float(m.output_price_per_mtok),
             m.context_window,
+            max_output_tokens=m.max_output_tokens,
         )
         for m in LlmModel.objects.select_related("provider")
     }

@@ -10,6 +10,7 @@ from audit.services import audit_record
 from catalog.enums import Capability
 from catalog.models import LlmModel, Provider
 from catalog.references import model_name_claimed_as, model_references
+from catalog.selectors import providers_deploying
 from catalog.services._shared import audit_update, delete_checked, name_checked, refuse_if_referenced, save_named
 from core.configbus import config_publish
 from core.types import Actor
@@ -29,6 +30,8 @@ class LlmModelInput:
     input_price_per_mtok: Decimal = Decimal(0)
     output_price_per_mtok: Decimal = Decimal(0)
     context_window: int = 8192
+    # `max_tokens` for upstreams that require it (Anthropic) when the client omits it.
+    max_output_tokens: int = 4096
 
 
 def _llm_model_snapshot(model: LlmModel) -> dict[str, Any]:
@@ -39,6 +42,7 @@ def _llm_model_snapshot(model: LlmModel) -> dict[str, Any]:
         "input_price_per_mtok": str(model.input_price_per_mtok),
         "output_price_per_mtok": str(model.output_price_per_mtok),
         "context_window": model.context_window,
+        "max_output_tokens": model.max_output_tokens,
     }
 
 
@@ -68,6 +72,8 @@ def _llm_model_validate(data: LlmModelInput, *, exclude_pk: int | None) -> dict[
             errors.add(field_name, f"Price is at most {PRICE_MAX}.")
     if not 1 <= data.context_window <= INT_MAX:
         errors.add("context_window", f"Context window must be between 1 and {INT_MAX} tokens.")
+    if not 1 <= data.max_output_tokens <= INT_MAX:
+        errors.add("max_output_tokens", f"Max output tokens must be between 1 and {INT_MAX}.")
     errors.raise_if_any()
     # Stored once each, in the enum's order, so equal sets compare equal.
     capabilities = [c for c in Capability.values if c in data.capabilities]
@@ -78,6 +84,7 @@ def _llm_model_validate(data: LlmModelInput, *, exclude_pk: int | None) -> dict[
         "input_price_per_mtok": data.input_price_per_mtok,
         "output_price_per_mtok": data.output_price_per_mtok,
         "context_window": data.context_window,
+        "max_output_tokens": data.max_output_tokens,
     }
 
 
@@ -108,12 +115,32 @@ def llm_model_update(*, actor: Actor, model: LlmModel, data: LlmModelInput) -> L
     """Replace a model's fields."""
     fields = _llm_model_validate(data, exclude_pk=model.pk)
     before = _llm_model_snapshot(model)
+    old_name = model.name
     for name, value in fields.items():
         setattr(model, name, value)
     save_named(model, label="Model")
     audit_update(actor=actor, object_type="model", obj=model, before=before, after=_llm_model_snapshot(model))
+    if model.name != old_name:
+        _deployments_rename(actor=actor, old=old_name, new=model.name)
     transaction.on_commit(config_publish)
     return model
+
+
+def _deployments_rename(*, actor: Actor, old: str, new: str) -> None:
+    """Carry a renamed model's Azure deployment over to its new name, so routing does not silently change."""
+    for provider in providers_deploying(model_name=old):
+        deployments = dict(provider.deployments)
+        deployments[new] = deployments.pop(old)
+        before = {"deployments": dict(provider.deployments)}
+        provider.deployments = dict(sorted(deployments.items()))
+        provider.save(update_fields=["deployments", "updated_at"])
+        audit_update(
+            actor=actor,
+            object_type="provider",
+            obj=provider,
+            before=before,
+            after={"deployments": provider.deployments},
+        )
 
 
 @transaction.atomic

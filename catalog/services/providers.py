@@ -1,14 +1,15 @@
 """Writes of providers: the upstream APIs the gateway calls."""
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import transaction
 
 from audit.services import audit_record
 from catalog.enums import Protocol
-from catalog.models import Provider, base_url_problem
+from catalog.models import LlmModel, Provider, base_url_problem
 from catalog.references import provider_references
 from catalog.selectors import models_of_provider
 from catalog.services._shared import audit_update, delete_checked, name_checked, refuse_if_referenced, save_named
@@ -28,9 +29,16 @@ class ProviderInput:
     # Resilient chains' stream timeouts; None = the chain policy's value.
     first_token_timeout_seconds: float | None = None
     idle_timeout_seconds: float | None = None
+    # Azure OpenAI only: the `api-version` query parameter (required there) and model name → deployment name.
+    api_version: str = ""
+    deployments: dict[str, str] = field(default_factory=dict)
 
 
 STREAM_TIMEOUT_BOUNDS = (0.5, 600.0)
+API_VERSION_MAX = 32
+DEPLOYMENT_NAME_MAX = 128
+# Azure's api-version values are dates with an optional suffix ("2024-10-21", "2025-01-01-preview").
+_API_VERSION = re.compile(r"[0-9A-Za-z][0-9A-Za-z.\-]*")
 
 
 def _provider_snapshot(provider: Provider) -> dict[str, Any]:
@@ -44,6 +52,8 @@ def _provider_snapshot(provider: Provider) -> dict[str, Any]:
         "read_timeout": provider.read_timeout,
         "first_token_timeout_seconds": provider.first_token_timeout_seconds,
         "idle_timeout_seconds": provider.idle_timeout_seconds,
+        "api_version": provider.api_version,
+        "deployments": dict(provider.deployments or {}),
     }
 
 
@@ -75,6 +85,8 @@ def _provider_validate(data: ProviderInput, *, exclude_pk: int | None, api_key: 
         value = getattr(data, field_name)
         if value is not None and not (math.isfinite(value) and low <= value <= high):
             errors.add(field_name, f"Timeout must be between {low:g} and {high:g} seconds, or empty for the default.")
+    api_version = _api_version_checked(errors, data.api_version, protocol=data.protocol)
+    deployments = _deployments_checked(errors, data.deployments)
     errors.raise_if_any()
     return {
         "name": name,
@@ -84,7 +96,60 @@ def _provider_validate(data: ProviderInput, *, exclude_pk: int | None, api_key: 
         "read_timeout": data.read_timeout,
         "first_token_timeout_seconds": data.first_token_timeout_seconds,
         "idle_timeout_seconds": data.idle_timeout_seconds,
+        "api_version": api_version,
+        "deployments": deployments,
     }
+
+
+def _api_version_checked(errors: FieldErrors, value: str | None, *, protocol: str) -> str:
+    """Azure refuses every call without `api-version`, so an Azure provider cannot be saved without one."""
+    api_version = (value or "").strip()
+    if not api_version:
+        if protocol == Protocol.AZURE:
+            errors.add("api_version", "API version is required for Azure OpenAI providers (e.g. “2024-10-21”).")
+    elif len(api_version) > API_VERSION_MAX:
+        errors.add("api_version", f"API version is at most {API_VERSION_MAX} characters.")
+    elif not _API_VERSION.fullmatch(api_version):
+        # It goes into the query string of every call.
+        errors.add("api_version", "API version may contain only letters, digits, “.” and “-” (e.g. “2024-10-21”).")
+    return api_version
+
+
+def _deployment_problem(model: object, deployment: object) -> str | None:
+    if not isinstance(model, str) or not isinstance(deployment, str):
+        return "Deployments map model names to deployment names, both strings."
+    if not model.strip() or not deployment.strip():
+        return "Model and deployment names cannot be empty."
+    if has_control_characters(model) or has_control_characters(deployment) or not deployment.isprintable():
+        return "Model and deployment names cannot contain control characters."
+    if len(deployment) > DEPLOYMENT_NAME_MAX:
+        return f"Deployment “{deployment[:40]}…” is longer than {DEPLOYMENT_NAME_MAX} characters."
+    if "/" in deployment or "?" in deployment or "#" in deployment:
+        # It becomes a path segment of the upstream URL.
+        return f"Deployment “{deployment}” cannot contain “/”, “?” or “#”."
+    return None
+
+
+def _deployments_checked(errors: FieldErrors, value: object) -> dict[str, str]:
+    """An object of catalog model name → deployment name. An unknown model is an error, not a warning: a typo
+    would silently send that model to a deployment named after itself."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        errors.add("deployments", "Deployments must be an object of model name → deployment name.")
+        return {}
+    for model, deployment in value.items():
+        if problem := _deployment_problem(model, deployment):
+            errors.add("deployments", problem)
+            return {}
+    cleaned = {model.strip(): deployment.strip() for model, deployment in value.items()}
+    known = set(LlmModel.objects.filter(name__in=cleaned).values_list("name", flat=True))
+    if unknown := [m for m in cleaned if m not in known]:
+        names = ", ".join(f"“{m}”" for m in unknown)
+        errors.add(
+            "deployments", f"Unknown model{'s' if len(unknown) > 1 else ''} {names}; keys must be catalog model names."
+        )
+    return dict(sorted(cleaned.items()))
 
 
 def provider_validate(*, data: ProviderInput, provider: Provider | None = None) -> None:

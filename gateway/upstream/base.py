@@ -42,10 +42,20 @@ class Adapter(ABC):
 
     @abstractmethod
     async def chat(
-        self, body: bytes | RequestBody, *, stream: bool, connect_timeout: float | None = None
+        self,
+        body: bytes | RequestBody,
+        *,
+        stream: bool,
+        connect_timeout: float | None = None,
+        model: str | None = None,
+        max_tokens_default: int | None = None,
     ) -> UpstreamResponse:
-        """Send an OpenAI-shaped chat request; answer in OpenAI shape. Raises UpstreamError.
+        """Send a chat request in the gateway's canonical shape (OpenAI Chat Completions); answer in that shape.
 
-        `body` may be a RequestBody (same length): the transport drops it once written. `connect_timeout`
-        replaces the provider's for this call (the resilience policy's, when shorter).
+        Raises UpstreamError for a call that produced no usable response, and gateway.translate's
+        TranslationError (before anything is sent) for a request this protocol cannot express. `body` may be
+        a RequestBody (same length): the transport drops it once written. `connect_timeout` replaces the
+        provider's for this call (the resilience policy's, when shorter). `model` is the target's catalog
+        model (the body names it too); `max_tokens_default` is its catalog default, for protocols that
+        require `max_tokens`.
         """

@@ -65,6 +65,8 @@ def test_provider_create_never_returns_the_key(admin_client):
         "read_timeout": 30.0,
         "first_token_timeout_seconds": None,
         "idle_timeout_seconds": None,
+        "api_version": "",
+        "deployments": {},
     }
     assert PROVIDER_KEY not in response.content.decode()
     event = AuditEvent.objects.get()
@@ -319,6 +321,7 @@ def test_model_create(admin_client):
         "input_price_per_mtok": "2.5000",
         "output_price_per_mtok": "10.0000",
         "context_window": 128000,
+        "max_output_tokens": 4096,
     }
     assert AuditEvent.objects.get().action == "model.create"
 

@@ -314,15 +314,15 @@ def test_query_count_does_not_grow_with_circuits(
     admin_client.get(INDEX_URL)  # warm the session
 
     # session, user, roles; holds, events (state at the start of the strips, then during them), last-hour
-    # figures, chains (sources, entries)
-    with django_assert_num_queries(9):
+    # figures, chains (sources, entries), providers' protocols (the badges)
+    with django_assert_num_queries(10):
         poll = admin_client.get(INDEX_URL, headers={**HX, "HX-Target": "circuit-table"})
     # + config, config and overrides (override list), providers, models; not counting the alerts banner that
     # every console page may show
     with CaptureQueriesContext(connection) as full_queries:
         full = admin_client.get(INDEX_URL)
 
-    assert len([q for q in full_queries.captured_queries if '"alerts_' not in q["sql"]]) == 14
+    assert len([q for q in full_queries.captured_queries if '"alerts_' not in q["sql"]]) == 15
     assert len(re.findall(r'<tr id="circuit-row-', poll.content.decode())) == circuits
     assert len(re.findall(r'<tr id="circuit-row-', full.content.decode())) == circuits
 
@@ -1260,7 +1260,7 @@ def test_query_count_with_holds_and_history_does_not_grow(
     circuit_force_open(actor=admin_user, provider="openai", model="gpt-4o", reason="held", minutes=None)
     admin_client.get(INDEX_URL)
 
-    with django_assert_num_queries(9):
+    with django_assert_num_queries(10):
         poll = admin_client.get(INDEX_URL, headers={**HX, "HX-Target": "circuit-table"})
 
     assert len(re.findall(r'<tr id="circuit-row-', poll.content.decode())) == circuits + 1

@@ -33,26 +33,32 @@ from catalog.services import (
     application_create,
     llm_model_create,
     provider_create,
+    provider_update,
     team_create,
 )
 from chains.services import ChainInput, EntryInput, chain_create
 from routing.services import AliasInput, RoutingRuleInput, alias_create, routing_rule_create
 
+# Each provider speaks its own protocol to the simulator (docs/simulator.md): OpenAI at <sim>/<name>/v1,
+# Anthropic Messages at <sim>/anthropic/v1/messages, Azure at <sim>/azure/openai/deployments/<d>/chat/completions.
 PROVIDERS = [
-    # name, protocol, simulator path. The simulator speaks the OpenAI protocol for every provider.
-    ("openai", "openai", "openai"),
-    ("anthropic", "openai", "anthropic"),
-    ("azure-openai", "openai", "azure"),
-    ("mistral", "openai", "mistral"),
+    # name, protocol, base URL under the simulator
+    ("openai", "openai", "openai/v1"),
+    ("anthropic", "anthropic", "anthropic"),
+    ("mistral", "openai", "mistral/v1"),
 ]
+# Created after the models: its deployments name one of them (docs/protocols.md, "Provider settings").
+AZURE = ("azure-openai", "azure", "azure")
+AZURE_API_VERSION = "2024-10-21"
+AZURE_DEPLOYMENTS = {"gpt-4o": "gpt-4o-prod"}
 MODELS = [
-    # name, provider, capabilities, input $/1M, output $/1M, context
-    ("gpt-4o", "openai", ["text", "vision", "tools", "json_output"], "2.50", "10.00", 128000),
-    ("gpt-4o-mini", "openai", ["text", "vision", "tools", "json_output"], "0.15", "0.60", 128000),
-    ("claude-sonnet-4", "anthropic", ["text", "vision", "tools", "assistant_prefill"], "3.00", "15.00", 200000),
-    ("claude-haiku-3.5", "anthropic", ["text", "tools", "assistant_prefill"], "0.80", "4.00", 200000),
-    ("mistral-large", "mistral", ["text", "tools", "json_output"], "2.00", "6.00", 128000),
-    ("mistral-small", "mistral", ["text", "tools", "json_output"], "0.20", "0.60", 32000),
+    # name, provider, capabilities, input $/1M, output $/1M, context, max_tokens sent when a client omits it
+    ("gpt-4o", "openai", ["text", "vision", "tools", "json_output"], "2.50", "10.00", 128000, 16384),
+    ("gpt-4o-mini", "openai", ["text", "vision", "tools", "json_output"], "0.15", "0.60", 128000, 16384),
+    ("claude-sonnet-4", "anthropic", ["text", "vision", "tools", "assistant_prefill"], "3.00", "15.00", 200000, 8192),
+    ("claude-haiku-3.5", "anthropic", ["text", "tools", "assistant_prefill"], "0.80", "4.00", 200000, 8192),
+    ("mistral-large", "mistral", ["text", "tools", "json_output"], "2.00", "6.00", 128000, 8192),
+    ("mistral-small", "mistral", ["text", "tools", "json_output"], "0.20", "0.60", 32000, 8192),
 ]
 
 
@@ -113,22 +119,15 @@ class Command(BaseCommand):
 
     def _catalog(self) -> bool:
         """Create the demo catalog unless there is one already (any provider: the demo's, or the user's own)."""
-        if provider_list().exists():
-            return False
         base = getattr(settings, "SIMULATOR_URL", "http://127.0.0.1:8001").rstrip("/")
+        if provider_list().exists():
+            self._protocols_upgrade(base)
+            return False
         for name, protocol, path in PROVIDERS:
             provider_create(
-                actor=None,
-                data=ProviderInput(
-                    name=name,
-                    protocol=protocol,
-                    base_url=f"{base}/{path}/v1",
-                    connect_timeout=2.0,
-                    read_timeout=30.0,
-                ),
-                api_key=f"sk-demo-{name}",
+                actor=None, data=_provider_input(name, protocol, f"{base}/{path}"), api_key=f"sk-demo-{name}"
             )
-        for name, provider, caps, inp, out, ctx in MODELS:
+        for name, provider, caps, inp, out, ctx, max_out in MODELS:
             llm_model_create(
                 actor=None,
                 data=LlmModelInput(
@@ -138,8 +137,11 @@ class Command(BaseCommand):
                     input_price_per_mtok=Decimal(inp),
                     output_price_per_mtok=Decimal(out),
                     context_window=ctx,
+                    max_output_tokens=max_out,
                 ),
             )
+        name, protocol, path = AZURE
+        provider_create(actor=None, data=_provider_input(name, protocol, f"{base}/{path}"), api_key=f"sk-demo-{name}")
         payments = team_create(actor=None, data=TeamInput(name="payments"))
         support = team_create(actor=None, data=TeamInput(name="support"))
         application_create(actor=None, data=ApplicationInput(name="checkout", team="payments"))
@@ -185,3 +187,26 @@ class Command(BaseCommand):
             ),
         )
         return True
+
+    def _protocols_upgrade(self, base: str) -> None:
+        """A demo seeded before the simulator spoke Anthropic and Azure had both on the OpenAI protocol at
+        <sim>/<name>/v1: move them to their own protocols. A provider changed by hand is left alone."""
+        for name, protocol, path in (PROVIDERS[1], AZURE):
+            provider = provider_list().filter(name=name, protocol="openai", base_url=f"{base}/{path}/v1").first()
+            if provider is not None:
+                provider_update(actor=None, provider=provider, data=_provider_input(name, protocol, f"{base}/{path}"))
+                self.stdout.write(f"Demo provider {name} now speaks the {protocol} protocol.")
+
+
+def _provider_input(name: str, protocol: str, base_url: str) -> ProviderInput:
+    """A demo provider's settings; the Azure one gets its api-version and deployments."""
+    azure = protocol == "azure"
+    return ProviderInput(
+        name=name,
+        protocol=protocol,
+        base_url=base_url,
+        connect_timeout=2.0,
+        read_timeout=30.0,
+        api_version=AZURE_API_VERSION if azure else "",
+        deployments=dict(AZURE_DEPLOYMENTS) if azure else {},
+    )

@@ -1,0 +1,126 @@
+"""Client protocols other than OpenAI's: the Anthropic Messages API (`POST /v1/messages`).
+
+The pipeline (auth, guardrails, routing, breakers and fallback, the attempt loop, every adapter) works in
+the gateway's canonical shape, OpenAI Chat Completions. An Anthropic client's request is translated into it
+on the way in (gateway.translate), and `AnthropicClientSend` wraps the ASGI `send` on the way out: each
+response the pipeline writes (an answer, a stream, an upstream's error, the gateway's own refusals) reaches
+the client in the Anthropic shape. A stream is translated chunk by chunk as it is written, never buffered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from gateway.translate import (
+    OpenAIToAnthropicStream,
+    TranslationError,
+    anthropic_sse,
+    openai_error_to_anthropic,
+    openai_to_anthropic_response,
+)
+from gateway.translate.errors import anthropic_error_body, openai_stream_error
+
+ANTHROPIC_JSON = [(b"content-type", b"application/json")]
+
+
+class AnthropicClientSend:
+    """An ASGI `send` that turns the OpenAI-shaped responses written through it into Anthropic ones."""
+
+    __slots__ = ("_body", "_pending", "_sse", "_start", "_stream", "model", "send")
+
+    def __init__(self, send: Any, model: str) -> None:
+        self.send = send
+        self.model = model
+        self._start: dict[str, Any] | None = None
+        self._sse = False
+        self._body: list[bytes] = []
+        self._pending = b""
+        self._stream: OpenAIToAnthropicStream | None = None
+
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            headers = message.get("headers") or []
+            content_type = next((v for k, v in headers if k.lower() == b"content-type"), b"")
+            self._sse = content_type.startswith(b"text/event-stream")
+            if self._sse:
+                self._stream = OpenAIToAnthropicStream(self.model)
+                await self.send(message)
+            else:
+                self._start = message  # sent with the translated body, whose length differs
+            return
+        if message["type"] != "http.response.body":
+            await self.send(message)
+            return
+        more = bool(message.get("more_body", False))
+        body = message.get("body", b"")
+        if self._sse:
+            await self.send(
+                {"type": "http.response.body", "body": self._events(body, final=not more), "more_body": more}
+            )
+            return
+        self._body.append(body)
+        if more:
+            return
+        assert self._start is not None
+        status, out = _whole(self._start["status"], b"".join(self._body), self.model)
+        headers = [(k, v) for k, v in self._start.get("headers") or [] if k.lower() != b"content-length"]
+        headers.append((b"content-length", str(len(out)).encode()))
+        await self.send({"type": "http.response.start", "status": status, "headers": headers})
+        await self.send({"type": "http.response.body", "body": out})
+
+    def _events(self, body: bytes, *, final: bool) -> bytes:
+        """The Anthropic events for the complete OpenAI `data:` lines in `body` (the rest waits for more)."""
+        assert self._stream is not None
+        data = self._pending + body
+        lines = data.split(b"\n")
+        self._pending = b"" if final else lines.pop()
+        out: list[bytes] = []
+        for raw in lines:
+            line = raw.rstrip(b"\r")
+            if not line.startswith(b"data:"):
+                continue
+            payload = line[5:].strip()
+            if payload == b"[DONE]":
+                out.extend(anthropic_sse(event, event_data) for event, event_data in self._stream.finish())
+                continue
+            try:
+                chunk = orjson.loads(payload)
+            except orjson.JSONDecodeError:
+                continue  # the default path relays a malformed upstream line; an Anthropic client cannot use it
+            if not isinstance(chunk, dict):
+                continue
+            error = chunk.get("error")
+            if isinstance(error, dict):
+                # A stream that failed after its start: Anthropic's `error` event, and no `message_stop`.
+                out.append(anthropic_sse("error", openai_stream_error(error)))
+                continue
+            try:
+                events = self._stream.feed(chunk)
+            except TranslationError as exc:
+                out.append(anthropic_sse("error", anthropic_error_body("api_error", str(exc))))
+                continue
+            out.extend(anthropic_sse(event, event_data) for event, event_data in events)
+        return b"".join(out)
+
+
+def _whole(status: int, body: bytes, model: str) -> tuple[int, bytes]:
+    """A whole OpenAI-shaped response (answer or error) in the Anthropic shape."""
+    if status != 200:
+        out_status, error = openai_error_to_anthropic(status, body)
+        return out_status, orjson.dumps(error)
+    try:
+        answer = openai_to_anthropic_response(orjson.loads(body), model=None)
+    except (orjson.JSONDecodeError, TranslationError, TypeError, ValueError, KeyError) as exc:
+        error = anthropic_error_body("api_error", f"The upstream's answer could not be translated: {exc}")
+        return 502, orjson.dumps(error)
+    if not answer.get("model"):
+        answer["model"] = model
+    return 200, orjson.dumps(answer)
+
+
+def anthropic_refusal(status: int, message: str) -> bytes:
+    """The gateway's own error (before any upstream call) in the Anthropic shape."""
+    _, error = openai_error_to_anthropic(status, {"error": {"message": message}})
+    return orjson.dumps(error)
