@@ -12,7 +12,7 @@ BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "Summarise t
 
 
 class Command(BaseCommand):
-    help = "Drive the embedded demo: healthy traffic, an outage of openai, fallback, recovery."
+    help = "Drive the embedded demo: healthy traffic, an outage of openai (and azure-openai), fallback, recovery."
 
     def add_arguments(self, parser: Any) -> None:
         parser.add_argument("--base-url", default="http://127.0.0.1:8000")
@@ -54,11 +54,19 @@ class Command(BaseCommand):
 
         self.stdout.write("Healthy traffic to gpt-4o (served by openai)…")
         send("healthy", 10)
-        self.stdout.write("openai starts answering 503: watch the circuit open and the chain take over…")
+        # A regional incident: openai answers 503 and the Azure deployment (the chain's first entry) rate-limits
+        # the spill-over, so the chain goes on to claude-sonnet-4, an Anthropic Messages upstream: the OpenAI
+        # client keeps getting OpenAI-shaped answers, translated by the gateway.
+        self.stdout.write(
+            "openai starts answering 503 and azure-openai 429: watch the circuits open and the chain take over "
+            "on claude-sonnet-4 (Anthropic Messages API, translated)…"
+        )
         client.put(f"{simulator}/_sim/providers/openai", json={"mode": "status", "status": 503})
+        client.put(f"{simulator}/_sim/providers/azure", json={"mode": "status", "status": 429})
         send("outage", outage)
-        self.stdout.write("openai recovers; after the cooldown one probe closes the circuit…")
+        self.stdout.write("openai and azure-openai recover; after the cooldown one probe closes each circuit…")
         client.delete(f"{simulator}/_sim/providers/openai")
+        client.delete(f"{simulator}/_sim/providers/azure")
         circuit = self._wait_closed(client, base_url, headers, send)
         self.stdout.write(self.style.SUCCESS(f"Done: circuit {circuit}. See Provider Health and the audit log."))
 
