@@ -173,10 +173,13 @@ class _Frame:
 
 
 def _svg(size: Size, title: str, desc: str, body: list[str], variant: str) -> str:
+    content = "".join(body)
+    # A chart whose buckets are links is a group (an image may not hold interactive content).
+    role = f'role="group" aria-label="{escape(title)}"' if "<a " in content else 'role="img"'
     return (
-        f'<svg class="dash-svg dash-{variant}" viewBox="0 0 {size.width} {size.height}" role="img" '
+        f'<svg class="dash-svg dash-{variant}" viewBox="0 0 {size.width} {size.height}" {role} '
         f'font-size="{size.font}" xmlns="http://www.w3.org/2000/svg">'
-        f"<title>{escape(title)}</title><desc>{escape(desc)}</desc>{''.join(body)}</svg>"
+        f"<title>{escape(title)}</title><desc>{escape(desc)}</desc>{content}</svg>"
     )
 
 
@@ -241,7 +244,9 @@ def time_chart(
                     + (f"<title>{escape(bucket_title(i))}</title>" if bucket_title else "")
                     + "</rect>"
                 )
-                body.append(f'<a href="{escape(bucket_href(i))}">{hit}</a>' if bucket_href else hit)
+                # Out of the Tab order: hundreds of bucket links would bury the page's other actions, and the
+                # panel's own links lead to the same Request Logs.
+                body.append(f'<a href="{escape(bucket_href(i))}" tabindex="-1">{hit}</a>' if bucket_href else hit)
         return _svg(size, title, desc, body, variant)
 
     return _both(draw, wide)

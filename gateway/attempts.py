@@ -310,6 +310,7 @@ class AttemptLoop:
         assert response.stream is not None
         started = False
         finished = False
+        error_event: dict[str, Any] | None = None  # the upstream's own error event, relayed as it came
         tail = b""
         pending = b""  # an incomplete SSE line that may carry usage
         try:
@@ -326,6 +327,8 @@ class AttemptLoop:
                         pending = _usage_from_sse(call, pending + chunk)
                     if not finished and b"finish_reason" in chunk:
                         finished = _FINISHED.search(tail + chunk) is not None
+                    if b'"error"' in chunk:
+                        error_event = _error_event(chunk) or error_event
                     tail = (tail + chunk)[-64:]
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except (UpstreamError, TimeoutError) as exc:
@@ -347,6 +350,16 @@ class AttemptLoop:
             raise
         attempt["duration_ms"] = ms(t0)
         complete = _DONE in tail or finished
+        if not complete and started and error_event is not None:
+            # The upstream ended its stream with an error event, which the client already has: nothing to add.
+            # A class that is never retried (a content filter) does not count against the provider.
+            attempt["error"] = "error_event"
+            failure = classify(None, None, error_event)
+            report(Outcome.of_status(_NOT_RETRYABLE_STATUS) if failure in NOT_RETRYABLE else Outcome.connection_error())
+            call.error_kind = "error_event"
+            self._log(call)
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+            return
         if not complete and started:
             # Ended cleanly but without a finish reason or [DONE]: a truncated answer, never made to look whole.
             attempt["error"] = "stream_incomplete"
@@ -919,6 +932,19 @@ def _next_label(action: Call | Continue | GiveUp, failure: _Failure) -> str:
     if isinstance(action, Continue):
         return "continue"
     return "retry" if action.target.key == failure.attempt.target.key else "move_on"
+
+
+def _error_event(chunk: bytes) -> dict[str, Any] | None:
+    """An error event (`data: {"error": ...}`) among a passed-through chunk's lines, if one is whole there."""
+    for line in chunk.split(b"\n"):
+        if line.startswith(b"data:") and b'"error"' in line:
+            try:
+                event = orjson.loads(line[5:].strip())
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(event, dict) and isinstance(event.get("error"), dict):
+                return event
+    return None
 
 
 def _stream_code(kind: str) -> str:

@@ -55,7 +55,8 @@ def test_stacked_chart_draws_each_value_in_both_sizes():
     assert svg.count("<svg ") == 2 and 'class="dash-svg dash-wide"' in svg and 'class="dash-svg dash-narrow"' in svg
     assert svg.count('class="dash-bar dash-c-primary"') == 4  # two non-zero values, twice
     assert svg.count('class="dash-bar dash-c-step1"') == 4
-    assert svg.count('<a href="/logs/?i=1&amp;x=1">') == 1  # links in the wide drawing only
+    assert svg.count('<a href="/logs/?i=1&amp;x=1" tabindex="-1">') == 1  # links in the wide drawing only
+    assert 'role="group" aria-label="Requests"' in svg  # an image role may not hold links
     assert "<title>minute 2</title>" in svg
     assert "<title>Requests</title><desc>three minutes</desc>" in svg
     assert "style=" not in svg and "fill=" not in svg and "stroke=" not in svg

@@ -116,7 +116,7 @@ def test_charts_link_to_the_request_logs_behind_them(admin_client, engine, outag
 
     fallback_panel = html.split('id="dash-fallback"')[1].split("</section>")[0]
     assert 'href="/logs/?range=24h&amp;fallback=yes"' in fallback_panel
-    bucket_link = r'<a href="/logs/\?range=custom&amp;from=[0-9T:-]+&amp;to=[0-9T:-]+&amp;fallback=yes">'
+    bucket_link = r'<a href="/logs/\?range=custom&amp;from=[0-9T:-]+&amp;to=[0-9T:-]+&amp;fallback=yes" tabindex="-1">'
     assert re.search(bucket_link, fallback_panel)
     assert 'href="/logs/?range=24h&amp;status=5xx"' in html
     assert 'href="/fallback/health/"' in html.split('id="dash-circuits"')[1]
@@ -125,7 +125,7 @@ def test_charts_link_to_the_request_logs_behind_them(admin_client, engine, outag
 def test_bucket_links_open_request_logs_with_those_rows(admin_client, engine, outage):
     html = html_of(admin_client, "/?range=1h")
     panel = html.split('id="dash-requests"')[1].split("</section>")[0]
-    links = re.findall(r'<a href="(/logs/\?range=custom[^"]+)"><rect class="dash-hit"', panel)
+    links = re.findall(r'<a href="(/logs/\?range=custom[^"]+)" tabindex="-1"><rect class="dash-hit"', panel)
     link = links[-15].replace("&amp;", "&")  # 15 minutes ago: the outage, served by chain step 1
 
     logs = admin_client.get(link).content.decode()
