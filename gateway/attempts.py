@@ -60,6 +60,21 @@ _ONE_ATTEMPT = (b"x-vidai-attempts", b"1")
 _NOT_RETRYABLE_STATUS = 400  # what the breaker is told of an error event it must not count
 
 
+class _Report:
+    """Reports one call's outcome to the breaker, once: later reports (a catch-all in `finally`) are no-ops.
+    No decision (the optimistic primary, whose circuit was not consulted): nothing to report."""
+
+    __slots__ = ("decision", "engine")
+
+    def __init__(self, engine: BreakerEngine, decision: Decision | None) -> None:
+        self.engine, self.decision = engine, decision
+
+    def __call__(self, outcome: Outcome) -> None:
+        decision, self.decision = self.decision, None
+        if decision is not None:
+            self.engine.record(decision, outcome)
+
+
 class _Circuit:
     """A candidate's `allows`: asks the engine and keeps the decision, to report the call's outcome."""
 
@@ -215,15 +230,7 @@ class AttemptLoop:
         self, call: Exchange, snap: Snapshot, send: Any, target: Candidate, decision: Decision | None
     ) -> None:
         """Call one target. Reports exactly one outcome for `decision`, before the response's last bytes."""
-        engine = self._engine()
-        reported = False
-
-        def report(outcome: Outcome) -> None:
-            nonlocal reported
-            if not reported:
-                reported = True
-                if decision is not None:
-                    engine.record(decision, outcome)
+        report = _Report(self._engine(), decision)
 
         try:
             await self._single_inner(call, snap, send, target, report)
@@ -461,15 +468,7 @@ class AttemptLoop:
     ) -> _Failure | None:
         """One attempt: None when it answered the client, else its failure (nothing more sent, or the
         stream's delivered part, which the next attempt continues)."""
-        engine = self._engine()
-        reported = False
-
-        def report(outcome: Outcome) -> None:
-            nonlocal reported
-            if not reported:
-                reported = True
-                if decision is not None:
-                    engine.record(decision, outcome)
+        report = _Report(self._engine(), decision)
 
         provider = snap.providers[target.provider]
         served = Target(target.provider, target.model)
