@@ -108,8 +108,27 @@
 
   /* ---------- Chain editor ---------- */
 
+  /*
+   * One ordered queue for the editor's refreshes (cost hints, warnings, the Resilience timeline).
+   *
+   * Why: a refresh answer replaces the whole form. If it answered after an edit made while it was in
+   * flight (a move, a drag, a remove, another select), that edit was undone, and saved that way.
+   * So every change in the form goes through refreshQueue():
+   *   - reorders, removes and adds happen in the DOM at once; every change (those, the selects, the
+   *     Resilience checkbox, Update preview) bumps a change counter and asks for a refresh;
+   *   - at most one request per editor is in flight; a change while one is out waits for it;
+   *   - an answer is swapped in only if nothing changed since its request was built (and no drag is
+   *     under way); a stale answer is dropped and the current DOM is posted again, so the latest state
+   *     always wins and no edit is ever lost;
+   *   - a Save in the modal waits in the same queue, after the refresh in flight.
+   * With one request out at a time, two answers can never race into the same (or an already replaced)
+   * form, so hx-preserve inputs (Name, Enabled, the Resilience knobs) always survive a swap.
+   * Other elements of the form that carry their own hx-post (the Resilience step) are routed here too.
+   */
+
   const ENTRY_NAME = /^entries-\d+-/;
   const ENTRY_ID = /^id_entries-\d+-/;
+  const EDITOR = "#chain-form";
 
   function entryRows(list) {
     return Array.from(list.querySelectorAll(":scope > .entry"));
@@ -127,6 +146,9 @@
       });
       row.querySelectorAll("label[for]").forEach(function (el) {
         el.htmlFor = el.htmlFor.replace(ENTRY_ID, "id_entries-" + i + "-");
+      });
+      row.querySelectorAll("[aria-describedby]").forEach(function (el) {
+        el.setAttribute("aria-describedby", el.getAttribute("aria-describedby").replace(ENTRY_ID, "id_entries-" + i + "-"));
       });
       const pos = row.querySelector(".entry-pos");
       if (pos) pos.textContent = String(i + 1) + ".";
@@ -152,11 +174,112 @@
     if (status) status.textContent = text;
   }
 
-  // Ask the server to recompute cost hints and warnings (HTMX post to the same URL).
-  function refresh(form) {
-    const source = form.querySelector("[data-refresh-source]");
-    if (source && window.htmx) window.htmx.trigger(source, "change");
+  // The queue's state lives on the form's parent, which an outerHTML swap of the form keeps.
+  function queueFor(form) {
+    const host = form.parentNode;
+    if (!host._chainQueue) {
+      host._chainQueue = { host: host, changes: 0, sent: 0, inFlight: null, saveWanted: false, dragging: false };
+    }
+    return host._chainQueue;
   }
+
+  function currentForm(queue) {
+    return queue.host.querySelector(EDITOR);
+  }
+
+  function markBusy(queue) {
+    const form = currentForm(queue);
+    if (!form) return;
+    const busy = Boolean(queue.inFlight) || queue.saveWanted || queue.changes !== queue.sent;
+    if (busy) form.setAttribute("aria-busy", "true");
+    else form.removeAttribute("aria-busy");
+  }
+
+  let issuing = false; // our own htmx.ajax call is running: its htmx:confirm must pass
+
+  function send(queue, kind) {
+    const form = currentForm(queue);
+    if (!form || !window.htmx) return;
+    queue.inFlight = kind;
+    queue.sent = queue.changes;
+    if (kind === "save") {
+      queue.saveWanted = false;
+      form.inert = true; // nothing typed during the save can be lost to its answer
+    }
+    markBusy(queue);
+    issuing = true;
+    let request;
+    try {
+      request = window.htmx.ajax("POST", form.getAttribute("action"), {
+        source: form,
+        target: form,
+        swap: "outerHTML",
+        values: { op: kind },
+      });
+    } finally {
+      issuing = false;
+    }
+    const done = function () { answered(queue); };
+    if (request && request.then) request.then(done, done);
+    else done();
+  }
+
+  function answered(queue) {
+    queue.inFlight = null;
+    const form = currentForm(queue);
+    if (form) form.inert = false;
+    pump(queue);
+  }
+
+  // Send what is waiting: a Save first (it posts the current DOM, so it covers every change), else a refresh.
+  function pump(queue) {
+    if (queue.dead) return;
+    if (!queue.inFlight && !queue.dragging && currentForm(queue)) {
+      if (queue.saveWanted) send(queue, "save");
+      else if (queue.changes !== queue.sent) send(queue, "refresh");
+    }
+    markBusy(queue);
+  }
+
+  function refreshQueue(form) {
+    const queue = queueFor(form);
+    queue.changes += 1;
+    pump(queue);
+  }
+
+  // Only the answer to the latest state may replace the form.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const target = event.detail.target;
+    if (!target || !target.matches || !target.matches(EDITOR)) return;
+    const queue = queueFor(target);
+    if (queue.inFlight === "refresh" && (queue.changes !== queue.sent || queue.dragging)) {
+      event.detail.shouldSwap = false;
+    }
+  });
+
+  // Elements with their own hx-post inside the editor (the Resilience checkbox, Update preview) join the queue.
+  document.addEventListener("htmx:confirm", function (event) {
+    if (issuing) return;
+    const form = event.target.closest && event.target.closest(EDITOR);
+    if (!form || String(event.detail.verb).toLowerCase() !== "post") return;
+    event.preventDefault();
+    refreshQueue(form);
+  });
+
+  document.addEventListener("change", function (event) {
+    const el = event.target;
+    if (el.matches && el.matches("[data-refresh]") && el.closest(EDITOR)) refreshQueue(el.closest(EDITOR));
+  });
+
+  // In the modal the form saves over HTMX, through the queue (the full page keeps its plain post).
+  document.addEventListener("submit", function (event) {
+    const form = event.target;
+    if (!form.matches || !form.matches(EDITOR) || !form.closest("dialog") || !window.htmx) return;
+    event.preventDefault();
+    const queue = queueFor(form);
+    queue.saveWanted = true;
+    pump(queue);
+  });
 
   document.addEventListener("click", function (event) {
     const move = event.target.closest("[data-entry-move]");
@@ -183,6 +306,7 @@
       const twin = row.querySelector('[data-entry-move="' + (up ? "down" : "up") + '"]');
       (again && !again.disabled ? again : twin).focus();
       announce(list, "Entry moved to position " + (index + 1) + " of " + rows.length + ".");
+      refreshQueue(form);
       return;
     }
 
@@ -193,7 +317,7 @@
       announce(list, "Entry removed.");
       const next = list.querySelector(".entry select") || form.querySelector("[data-entry-add]");
       if (next) next.focus();
-      refresh(form);
+      refreshQueue(form);
       return;
     }
 
@@ -207,28 +331,65 @@
       const select = row.querySelector("select");
       if (select) select.focus();
       announce(list, "Entry " + entryRows(list).length + " added.");
+      refreshQueue(form);
     }
   });
+
+  function initSortable(list) {
+    if (list._sortable || !window.Sortable) return;
+    // forceFallback: mouse/touch events instead of native drag and drop, which behaves
+    // the same in every browser and under automation.
+    list._sortable = window.Sortable.create(list, {
+      handle: ".drag-handle",
+      draggable: ".entry",
+      animation: 150,
+      forceFallback: true,
+      onStart: function () {
+        // An answer that comes during the drag is stale: drop it, post again once dropped.
+        const queue = queueFor(list.closest("form"));
+        queue.dragging = true;
+        queue.changes += 1;
+        markBusy(queue);
+      },
+      onEnd: function (evt) {
+        const form = list.closest("form");
+        renumber(list);
+        if (evt.oldIndex !== evt.newIndex) {
+          announce(list, "Entry moved to position " + (evt.newIndex + 1) + ".");
+        }
+        if (form) {
+          queueFor(form).dragging = false;
+          refreshQueue(form);
+        }
+      },
+    });
+  }
+
+  // The list page has no Sortable of its own: the editor partial names the script, loaded once on demand.
+  let sortableLoading = null;
+
+  function withSortable(then) {
+    if (window.Sortable) return then();
+    const holder = document.querySelector("[data-sortable-src]");
+    const src = holder ? holder.dataset.sortableSrc : "";
+    if (!src) return undefined;
+    if (!sortableLoading) {
+      sortableLoading = new Promise(function (resolve) {
+        const script = document.createElement("script");
+        script.src = src;
+        script.onload = resolve;
+        document.head.append(script);
+      });
+    }
+    sortableLoading.then(then);
+    return undefined;
+  }
 
   function initEditor(root) {
     const lists = root.querySelectorAll ? root.querySelectorAll(".entry-list") : [];
     lists.forEach(function (list) {
       renumber(list);
-      if (list._sortable || !window.Sortable) return;
-      // forceFallback: mouse/touch events instead of native drag and drop, which behaves
-      // the same in every browser and under automation.
-      list._sortable = window.Sortable.create(list, {
-        handle: ".drag-handle",
-        draggable: ".entry",
-        animation: 150,
-        forceFallback: true,
-        onEnd: function (evt) {
-          renumber(list);
-          if (evt.oldIndex !== evt.newIndex) {
-            announce(list, "Entry moved to position " + (evt.newIndex + 1) + ".");
-          }
-        },
-      });
+      withSortable(function () { initSortable(list); });
     });
     // Scope target is meaningless for the global scope.
     const scopeTypes = root.querySelectorAll ? root.querySelectorAll("[data-scope-type]") : [];
@@ -242,6 +403,140 @@
     if (event.target.matches && event.target.matches("[data-scope-type]")) {
       const target = event.target.form.querySelector("[data-scope-target]");
       if (target) target.disabled = event.target.value === "global";
+    }
+  });
+
+  /* ---------- Editing in place: the chain editor in a modal over the list ----------
+   * A link marked data-chain-modal (Add Chain, a chain's name, Edit) or a click anywhere else on a chain's
+   * row opens the editor in <dialog id="chain-modal">, loaded over HTMX (HX-Target: chain-modal asks the
+   * view for chains/_modal.html). The editor's own URL is pushed, so the edit can be linked (a direct visit
+   * gets the full page) and Back closes it; closing it (Escape, ×, Cancel, saved) goes Back. The list's
+   * history entry is marked as ours (htmx: false) so htmx does not restore a snapshot over the live list.
+   * A save is answered with the list's table for the state the list shows (its URL travels as
+   * HX-Current-URL), and chainModalSaved closes the modal; validation errors swap the form in the modal.
+   */
+
+  const MODAL = "chain-modal";
+
+  function chainModal() {
+    const dialog = document.getElementById(MODAL);
+    return dialog instanceof HTMLDialogElement && typeof dialog.showModal === "function" ? dialog : null;
+  }
+
+  // Leave nothing behind: an old form's hx-preserve fields would be carried into the next one by id.
+  function stopEditor(dialog) {
+    if (dialog._chainQueue) dialog._chainQueue.dead = true;
+    dialog._chainQueue = null;
+    dialog._loadUrl = ""; // a load still out is not swapped in (see htmx:beforeSwap below)
+    dialog.replaceChildren(); // a refresh still out finds its form detached: htmx swaps nothing
+  }
+
+  function loadEditor(dialog, url) {
+    stopEditor(dialog);
+    const wait = document.createElement("p");
+    wait.className = "muted";
+    wait.textContent = "Loading…";
+    dialog.append(wait);
+    dialog.setAttribute("aria-busy", "true");
+    if (!dialog.open) dialog.showModal();
+    dialog._loadUrl = url;
+    const loaded = window.htmx.ajax("GET", url, { source: dialog, target: dialog, swap: "innerHTML" });
+    const done = function () {
+      dialog.removeAttribute("aria-busy");
+      const first = dialog.querySelector("#id_name");
+      if (first && dialog.open) first.focus();
+    };
+    if (loaded && loaded.then) loaded.then(done, done);
+  }
+
+  function openEditor(url, opener) {
+    const dialog = chainModal();
+    if (!dialog || !window.htmx || !url) return false;
+    dialog._listUrl = location.href;
+    dialog._opener = opener || null;
+    const row = opener && opener.closest("tr[id]");
+    dialog._openerRow = row ? row.id : "";
+    history.replaceState(Object.assign({}, history.state, { htmx: false, cpChainList: true }), "");
+    history.pushState({ cpChainModal: url, listUrl: dialog._listUrl }, "", url);
+    loadEditor(dialog, url);
+    return true;
+  }
+
+  document.addEventListener("click", function (event) {
+    if (event.defaultPrevented || event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey || event.altKey) return;
+    const link = event.target.closest && event.target.closest("a[data-chain-modal]");
+    let url = "";
+    let opener = null;
+    if (link) {
+      url = link.getAttribute("href");
+      opener = link;
+    } else {
+      // A chain's row: the one whose cells hold its editor links.
+      const row = event.target.closest && event.target.closest("#chain-table tbody > tr");
+      if (!row || event.target.closest("a, button, input, select, label, form, dialog")) return;
+      if (window.getSelection && String(window.getSelection())) return; // selecting text is not a click
+      opener = row.querySelector("a[data-chain-modal][aria-label]") || row.querySelector("a[data-chain-modal]");
+      url = opener ? opener.getAttribute("href") : "";
+    }
+    if (openEditor(url, opener)) event.preventDefault();
+  });
+
+  // The list's state, not the editor's address, is what the save's answer (the table) must show.
+  document.addEventListener("htmx:configRequest", function (event) {
+    const dialog = chainModal();
+    const elt = event.detail.elt;
+    if (dialog && dialog._listUrl && elt && elt.closest && elt.closest("#" + MODAL)) {
+      event.detail.headers["HX-Current-URL"] = dialog._listUrl;
+    }
+  });
+
+  // Only the load asked for last, into the open modal.
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    const dialog = chainModal();
+    if (!dialog || event.detail.target !== dialog) return;
+    const path = event.detail.pathInfo ? event.detail.pathInfo.requestPath : "";
+    if (!dialog.open || !dialog._loadUrl || path !== dialog._loadUrl) event.detail.shouldSwap = false;
+  });
+
+  document.addEventListener("chainModalSaved", function () {
+    const dialog = chainModal();
+    if (dialog && dialog.open) dialog.close();
+  });
+
+  // The chain could not be loaded (deleted meanwhile: the toast says so): nothing to show.
+  document.addEventListener("htmx:responseError", function (event) {
+    const dialog = chainModal();
+    if (dialog && dialog.open && event.detail.target === dialog) dialog.close();
+  });
+
+  // The table was swapped (a save): focus goes back to the same row's link once the modal closes.
+  document.addEventListener("htmx:afterSwap", function () {
+    const dialog = chainModal();
+    if (!dialog || !dialog._openerRow || (dialog._opener && dialog._opener.isConnected)) return;
+    const row = document.getElementById(dialog._openerRow);
+    dialog._opener = row && (row.querySelector("a[data-chain-modal][aria-label]") || row.querySelector("a[data-chain-modal]"));
+  });
+
+  document.addEventListener("close", function (event) {
+    const dialog = event.target;
+    if (!(dialog instanceof HTMLDialogElement) || dialog.id !== MODAL) return;
+    stopEditor(dialog);
+    const byHistory = dialog._closingByHistory;
+    dialog._closingByHistory = false;
+    if (!byHistory && history.state && history.state.cpChainModal) history.back();
+  }, true);
+
+  window.addEventListener("popstate", function (event) {
+    const dialog = chainModal();
+    if (!dialog) return;
+    const state = event.state || {};
+    if (state.cpChainModal) {
+      // Forward into the editor again.
+      dialog._listUrl = state.listUrl || dialog._listUrl;
+      loadEditor(dialog, state.cpChainModal);
+    } else if (dialog.open) {
+      dialog._closingByHistory = true;
+      dialog.close();
     }
   });
 
