@@ -9,3 +9,9 @@ class ThrottleScope(models.TextChoices):
 class ThrottleKind(models.TextChoices):
     ACCOUNT = "account", "Account"
     ADDRESS = "address", "Client address"
+
+
+class Notice(models.TextChoices):
+    """Console notices a user can dismiss for good (access.models.DismissedNotice)."""
+
+    FALLBACK_SELECTION = "fallback_selection", "Fallback Chains: how an entry is chosen"

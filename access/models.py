@@ -1,6 +1,7 @@
+from django.conf import settings
 from django.db import models
 
-from access.enums import ThrottleKind, ThrottleScope
+from access.enums import Notice, ThrottleKind, ThrottleScope
 
 
 class AuthThrottle(models.Model):
@@ -24,3 +25,18 @@ class AuthThrottle(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_scope_display()}: {self.get_kind_display().lower()} {self.value}"
+
+
+class DismissedNotice(models.Model):
+    """A console notice one user dismissed: kept in the database, so it stays dismissed on every session and
+    device of that user (a UI preference: not audited)."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="dismissed_notices")
+    notice = models.CharField(max_length=64, choices=Notice.choices)
+    dismissed_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "notice"], name="dismissed_notice_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} dismissed {self.notice}"

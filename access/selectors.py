@@ -1,11 +1,12 @@
-"""Reads of authentication throttles."""
+"""Reads of authentication throttles and of dismissed console notices."""
 
 from datetime import datetime
 
 from django.db.models import Max
 from django.utils import timezone
 
-from access.models import AuthThrottle
+from access.models import AuthThrottle, DismissedNotice
+from core.types import Actor
 
 Ident = tuple[str, str]  # (ThrottleKind, value)
 
@@ -23,3 +24,10 @@ def auth_locked_until(*, scope: str, idents: list[Ident]) -> datetime | None:
         if until is not None and (found is None or until > found):
             found = until
     return found
+
+
+def notice_dismissed(*, user: Actor, notice: str) -> bool:
+    """Whether `user` dismissed `notice` (an anonymous user never did)."""
+    if user is None or not user.is_authenticated:
+        return False
+    return DismissedNotice.objects.filter(user_id=user.pk, notice=notice).exists()

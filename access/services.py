@@ -10,8 +10,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from access.enums import ThrottleKind
-from access.models import AuthThrottle
+from access.enums import Notice, ThrottleKind
+from access.models import AuthThrottle, DismissedNotice
 from access.selectors import Ident
 from audit.services import audit_record
 from core.types import Actor
@@ -246,3 +246,13 @@ def auth_unlock(*, actor: Actor, throttle: AuthThrottle) -> list[AuthThrottle]:
         )
     throttle.refresh_from_db()
     return rows
+
+
+def notice_dismiss(*, user: Actor, notice: str) -> None:
+    """Remember that `user` dismissed `notice`, for every session and device. Idempotent (a second dismissal
+    keeps the first time). Not audited: a UI preference changes nothing the gateway does."""
+    if notice not in Notice.values:
+        raise ValueError(f"Unknown notice {notice!r}.")
+    if user is None or not user.is_authenticated:
+        raise ValueError("Only a signed-in user can dismiss a notice.")
+    DismissedNotice.objects.get_or_create(user_id=user.pk, notice=notice, defaults={"dismissed_at": timezone.now()})

@@ -3,7 +3,8 @@
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery, Value
+from django.db.models.functions import Coalesce
 
 from catalog.enums import Capability, Protocol
 from catalog.models import LlmModel, Provider
@@ -15,6 +16,8 @@ from chains.resilience import RESILIENCE_DEFAULTS
 CHAIN_ORDERINGS: dict[str, tuple[str, ...]] = {
     "name": ("name", "id"),
     "source_model": ("source_model__name", "id"),
+    # The Chain column shows the entries in order: it sorts by the first one's model name.
+    "chain": ("first_entry_name", "id"),
     "scope": ("scope_type", "scope_id", "id"),
     "status": ("enabled", "id"),
     "created": ("created_at", "id"),
@@ -29,9 +32,16 @@ def _with_entries(qs: QuerySet[FallbackChain]) -> QuerySet[FallbackChain]:
     )
 
 
+def _with_first_entry_name(qs: QuerySet[FallbackChain]) -> QuerySet[FallbackChain]:
+    """Annotate `first_entry_name`: the model name of the lowest-positioned entry ("" for a chain without entries,
+    so an empty chain sorts first on every database rather than where each one puts NULL)."""
+    first = ChainEntry.objects.filter(chain=OuterRef("pk")).order_by("position").values("model__name")[:1]
+    return qs.annotate(first_entry_name=Coalesce(Subquery(first), Value("")))
+
+
 def chain_list(*, search: str = "", ordering: str = DEFAULT_CHAIN_ORDERING) -> QuerySet[FallbackChain]:
     """Chains matching every word of `search` (name or source model), sorted by `ordering`."""
-    qs = FallbackChain.objects.all()
+    qs = _with_first_entry_name(FallbackChain.objects.all())
     for word in search.split():
         qs = qs.filter(Q(name__icontains=word) | Q(source_model__name__icontains=word))
     key = ordering.lstrip("-")
@@ -185,6 +195,33 @@ def _protocol_warning(source: LlmModel, model: LlmModel, provider: Provider) -> 
     )
 
 
+def _rewrite_guardrail_warnings(source: LlmModel, scope: Scope) -> list[ChainWarning]:
+    """Enabled guardrails that rewrite the source (named, or every model) to another model in a scope overlapping
+    the chain's: guardrails run before routing, so callers there never reach this chain either. Same kind as a
+    routing rule's warning: for the admin it is the same surprise."""
+    from routing.models import Guardrail, GuardrailAction
+
+    guardrails = (
+        Guardrail.objects.filter(Q(model=source) | Q(model__isnull=True), action=GuardrailAction.REWRITE, enabled=True)
+        .exclude(target_model=source)
+        .select_related("target_model")
+        .order_by("name", "pk")
+    )
+    warnings = []
+    for guardrail in guardrails:
+        if guardrail.target_model is None or not scopes_overlap(Scope(guardrail.scope_type, guardrail.scope_id), scope):
+            continue
+        what = source.name if guardrail.model_id is not None else f"every model, {source.name} included,"
+        warnings.append(
+            ChainWarning(
+                "routing_rule",
+                f"Guardrail “{guardrail.name}” rewrites {what} to {guardrail.target_model.name} "
+                f"in an overlapping scope, so callers there never reach this chain.",
+            )
+        )
+    return warnings
+
+
 def chain_warnings(
     *,
     source: LlmModel,
@@ -192,13 +229,14 @@ def chain_warnings(
     scope: Scope,
     providers: Sequence[Provider | None] = (),
 ) -> list[ChainWarning]:
-    """Non-blocking warnings for the editor: a routing rule rewrites the source away; an entry lacks a capability,
-    has a smaller context window, or speaks another protocol than the source (its requests are translated).
+    """Non-blocking warnings for the editor: a routing rule or a rewriting guardrail sends the source elsewhere; an
+    entry lacks a capability, has a smaller context window, or speaks another protocol than the source (its
+    requests are translated).
 
     `providers[i]` is entry i's provider override (None or absent: the model's default provider)."""
     from routing.models import RoutingRule
 
-    warnings: list[ChainWarning] = []
+    warnings: list[ChainWarning] = _rewrite_guardrail_warnings(source, scope)
     rules = RoutingRule.objects.filter(source_model=source, enabled=True).select_related("target_model")
     for rule in rules:
         if rule.target_model_id != source.pk and scopes_overlap(Scope(rule.scope_type, rule.scope_id), scope):

@@ -12,6 +12,9 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 from django.views.decorators.vary import vary_on_headers
 
+from access.enums import Notice
+from access.selectors import notice_dismissed
+from access.services import notice_dismiss
 from catalog.enums import Capability, ScopeType
 from catalog.models import LlmModel
 from catalog.scopes import Scope, scope_choices, scope_label, scope_names, scope_validate
@@ -59,7 +62,7 @@ from chains.services import (
     resilience_defaults_update,
 )
 from core.errors import ConflictError, ValidationFailed
-from core.htmx import HtmxRequest, wants_partial
+from core.htmx import HtmxRequest, htmx_target, wants_partial
 from core.permissions import role_required
 from core.roles import Role
 from core.templatetags.console_tags import query
@@ -78,10 +81,14 @@ def _get_chain(chain_id: int) -> FallbackChain:
 COLUMNS: tuple[tuple[str | None, str], ...] = (
     ("name", "Name"),
     ("source_model", "Source model"),
-    (None, "Chain"),
+    ("chain", "Chain"),
     ("scope", "Scope"),
     ("status", "Status"),
 )
+
+
+# What a header sorts by, where the label alone does not say it.
+SORT_TITLES = {"chain": "Sort by the model of the first entry", "status": "Sort by status: Disabled before Active"}
 
 
 @dataclass(frozen=True)
@@ -118,11 +125,12 @@ def _headers(params: ListParams) -> list[dict[str, Any]]:
     descending = params.sort.startswith("-")
     headers = []
     for key, label in COLUMNS:
-        header: dict[str, Any] = {"key": key, "label": label, "sort": None, "arrow": "", "aria_sort": ""}
+        header: dict[str, Any] = {"key": key, "label": label, "sort": None, "arrow": "", "aria_sort": "", "title": ""}
         if key is not None:
             active = key == current
             # First click sorts ascending; clicking the active column flips it.
             header["sort"] = f"-{key}" if active and not descending else key
+            header["title"] = SORT_TITLES.get(key, "")
             if active:
                 header["arrow"] = "▼" if descending else "▲"
                 header["aria_sort"] = "descending" if descending else "ascending"
@@ -158,12 +166,14 @@ def _list_context(params: ListParams) -> dict[str, Any]:
 def chain_list_view(request: HtmxRequest) -> HttpResponse:
     context = _list_context(list_params(request.GET))
     template = "chains/list.html"
-    if wants_partial(request):
-        if request.htmx.target == "fallback-page":
+    if wants_partial(request) and request.htmx.target != "fallback-page":
+        template += "#chain-table"
+        context["oob"] = True
+    else:
+        # Only the page shows the notice (one query); the table alone does not.
+        context["show_selection_notice"] = not notice_dismissed(user=request.user, notice=Notice.FALLBACK_SELECTION)
+        if wants_partial(request):
             template += "#fallback-page"
-        else:
-            template += "#chain-table"
-            context["oob"] = True
     response = render(request, template, context)
     if wants_partial(request):
         # The canonical address of what is shown (no empty or default parameters).
@@ -182,6 +192,17 @@ def _table_response(request: HtmxRequest) -> HttpResponse:
     if context["params"] != params and current.path:
         response["HX-Replace-Url"] = context["list_url"] + query(context["query"])
     return response
+
+
+@require_POST
+@role_required(Role.ADMIN)
+def selection_notice_dismiss_view(request: HtmxRequest) -> HttpResponse:
+    """Dismiss the "how an entry is chosen" notice for this user, on every device. With htmx the empty answer
+    lets the notice's own swap remove it; without JavaScript the form post comes back to the list."""
+    notice_dismiss(user=request.user, notice=Notice.FALLBACK_SELECTION)
+    if request.htmx:
+        return HttpResponse("")
+    return redirect("chains:list")
 
 
 @require_POST
@@ -390,6 +411,10 @@ def _posted_resilience(request: HttpRequest, chain: FallbackChain | None) -> Res
     return posted
 
 
+# The <dialog> on the list that edits a chain in place; its GET asks for the editor partial (HX-Target).
+CHAIN_MODAL = "chain-modal"
+
+
 def _editor(request: HtmxRequest, chain: FallbackChain | None) -> HttpResponse:
     template = "chains/form.html"
     if request.method == "GET":
@@ -398,6 +423,8 @@ def _editor(request: HtmxRequest, chain: FallbackChain | None) -> HttpResponse:
         else:
             initial, entries = _initial_for(chain)
         form = ChainForm(initial=initial, entries=entries, resilience=_stored_resilience(chain))
+        if htmx_target(request) == CHAIN_MODAL:
+            template = "chains/_modal.html"  # the list's editing-in-place dialog
         return render(request, template, _editor_context(request, form, chain))
 
     op = request.POST.get("op", "save")
@@ -429,18 +456,34 @@ def _editor(request: HtmxRequest, chain: FallbackChain | None) -> HttpResponse:
         else:
             verb = "created" if chain is None else "saved"
             messages.success(request, f"Chain “{saved.name}” {verb}.")
+            if wants_partial(request):
+                return _saved_in_modal(request)
             return redirect("chains:list")
+    if wants_partial(request):
+        template += "#chain-form"  # the modal's save: the errors stay in the modal
     return render(request, template, _editor_context(request, form, chain))
+
+
+def _saved_in_modal(request: HtmxRequest) -> HttpResponse:
+    """A save from the list's modal: the list's table for the state the list shows (app.js sends its URL as
+    HX-Current-URL), swapped in place of the table; the chainModalSaved event closes the modal."""
+    response = _table_response(request)
+    response["HX-Retarget"] = "#chain-table"
+    response["HX-Reswap"] = "outerHTML"
+    response["HX-Trigger-After-Swap"] = "chainModalSaved"
+    return response
 
 
 @require_http_methods(["GET", "POST"])
 @role_required(Role.ADMIN)
+@vary_on_headers("HX-Request", "HX-Target")
 def chain_create_view(request: HtmxRequest) -> HttpResponse:
     return _editor(request, None)
 
 
 @require_http_methods(["GET", "POST"])
 @role_required(Role.ADMIN)
+@vary_on_headers("HX-Request", "HX-Target")
 def chain_edit_view(request: HtmxRequest, chain_id: int) -> HttpResponse:
     return _editor(request, _get_chain(chain_id))
 

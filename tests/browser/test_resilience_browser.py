@@ -139,7 +139,7 @@ def test_create_a_chain_with_the_policy_on_through_the_console(
 
     # The global defaults, linked from the list.
     page.get_by_role("link", name="← Fallback Chains").click()
-    page.get_by_role("link", name="Resilience defaults").click()
+    page.get_by_role("link", name="Resilience defaults").first.click()
     expect(page.get_by_role("heading", name="Resilience defaults")).to_be_visible()
     page.get_by_label("Connect timeout").fill("2.5")
     page.evaluate("() => document.activeElement && document.activeElement.blur()")
