@@ -1,12 +1,17 @@
 """Console input of the Provider Health tab. The forms only shape input; the services own every rule,
 so the console shows the same messages as the API."""
 
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django import forms
+from django.http import QueryDict
 
 from core.errors import ApplicationError
 from health.selectors import CONFIG_FIELDS, BreakerConfigValues, BreakerOverrideValues
+from health.services import COOLDOWN_MAX, COOLDOWN_MIN, COUNT_MAX, WINDOW_MAX, code_items, is_blank, whole_number
 
 # Labels and help of the threshold fields, in the order the editor shows them.
 FIELD_LABELS: dict[str, str] = {
@@ -25,6 +30,139 @@ FIELD_HELP: dict[str, str] = {
     "cooldown_cap_seconds": "Longest cooldown. At least the initial cooldown, at most 86400 (24 h).",
     "failure_status_codes": "Comma-separated, each 100–599. Timeouts and connection errors always count.",
 }
+
+
+# What each knob trades off, in plain words, next to the field in the threshold editor.
+FIELD_TRADEOFFS: dict[str, str] = {
+    "failure_threshold": (
+        "Lower opens sooner in a real outage, but a few slow or failed requests during a normal latency spike "
+        "can open it too. Higher rides out blips, but the fallback starts later."
+    ),
+    "window_seconds": (
+        "Longer remembers failures longer: steadier, but slower to forget a bad minute. Shorter reacts to "
+        "what is happening now, but scattered errors never add up to the threshold."
+    ),
+    "minimum_requests": (
+        "Guards quiet circuits: below it nothing opens, so a couple of errors out of a few requests do not "
+        "trip the breaker. Too high and a low-traffic model never gets judged at all."
+    ),
+    "initial_cooldown_seconds": (
+        "How long an open circuit sends traffic to the fallback before one probe tries the provider again. "
+        "Shorter recovers sooner; longer spares a struggling provider."
+    ),
+    "cooldown_cap_seconds": (
+        "Each failed probe doubles the cooldown up to this. A high cap backs off a long outage; a low cap keeps "
+        "probing often, so recovery is noticed sooner."
+    ),
+    "failure_status_codes": (
+        "Which answers count as failures. Add 429 to fail over while rate limited; drop a code a provider "
+        "returns for bad requests, or one client's mistakes open the circuit for everyone."
+    ),
+}
+
+
+@dataclass(frozen=True)
+class TuningWarning:
+    """Values the service accepts but that make the breaker trip on a handful of requests, or hardly ever."""
+
+    key: str
+    field: str  # the field the warning is about (its input is linked from the warning)
+    message: str
+
+
+# Below these, a burst of a few errors (a latency spike) can open the circuit.
+FEW_REQUESTS = 5
+LOW_THRESHOLD = 2
+# Above both, a quiet circuit may never collect enough requests, and an outage takes long to count.
+SLOW_WINDOW = 900
+SLOW_MINIMUM = 100
+
+
+def _parsed(values: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The values as numbers when every one is what the service accepts; None otherwise (the service then
+    reports the errors, and warnings wait until the values are valid)."""
+    out: dict[str, Any] = {}
+    for field in CONFIG_FIELDS[:-1]:
+        number = whole_number(values.get(field))
+        if number is None:
+            return None
+        out[field] = number
+    items = code_items(values.get("failure_status_codes", ""))
+    codes = [whole_number(item) for item in items or []]
+    if items is None or any(c is None or not 100 <= c <= 599 for c in codes) or len(set(codes)) != len(codes):
+        return None
+    out["failure_status_codes"] = codes
+    ok = (
+        1 <= out["failure_threshold"] <= COUNT_MAX
+        and 1 <= out["minimum_requests"] <= COUNT_MAX
+        and 1 <= out["window_seconds"] <= WINDOW_MAX
+        and COOLDOWN_MIN <= out["initial_cooldown_seconds"] <= out["cooldown_cap_seconds"] <= COOLDOWN_MAX
+    )
+    return out if ok else None
+
+
+def tuning_warnings(values: Mapping[str, Any]) -> list[TuningWarning]:
+    """What the console warns about before saving these thresholds (the API saves them without asking)."""
+    v = _parsed(values)
+    if v is None:
+        return []
+    threshold, minimum, window = v["failure_threshold"], v["minimum_requests"], v["window_seconds"]
+    out: list[TuningWarning] = []
+    if threshold <= LOW_THRESHOLD:
+        what = "a single failed request opens" if threshold == 1 else "two failed requests open"
+        out.append(
+            TuningWarning(
+                "low_threshold",
+                "failure_threshold",
+                f"Failure threshold {threshold}: {what} the circuit (within {window} s), so one bad moment "
+                "sends traffic to the fallback.",
+            )
+        )
+    if minimum < FEW_REQUESTS:
+        out.append(
+            TuningWarning(
+                "few_requests",
+                "minimum_requests",
+                f"Minimum requests {minimum}: the circuit is judged on as few as {minimum} "
+                f"request{'s' if minimum != 1 else ''}, so a normal latency spike can open it.",
+            )
+        )
+    if threshold > minimum:
+        out.append(
+            TuningWarning(
+                "threshold_above_minimum",
+                "failure_threshold",
+                f"Failure threshold {threshold} is above minimum requests {minimum}: the circuit stays closed "
+                f"until {threshold} requests have failed within {window} s, even when every request fails; "
+                "a quiet circuit may never open.",
+            )
+        )
+    if window >= SLOW_WINDOW and minimum >= SLOW_MINIMUM:
+        out.append(
+            TuningWarning(
+                "slow_to_open",
+                "minimum_requests",
+                f"Minimum requests {minimum} in a {window} s window: a circuit with less traffic than that "
+                "never opens, and an outage takes long to count.",
+            )
+        )
+    if not v["failure_status_codes"]:
+        out.append(
+            TuningWarning(
+                "no_codes",
+                "failure_status_codes",
+                "No failure status codes: only timeouts and connection errors count, so a provider answering "
+                "every request with 500 or 429 never opens its circuit.",
+            )
+        )
+    return out
+
+
+def warnings_signature(warnings: list[TuningWarning]) -> str:
+    """What "Save anyway" confirms: these warnings about these values. Changing a value the warnings are
+    about asks again."""
+    text = "\n".join(w.message for w in warnings)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def _codes_text(codes: tuple[int, ...] | None) -> str:
@@ -69,6 +207,8 @@ class BreakerConfigForm(_ServiceErrorsMixin, forms.Form):
     initial_cooldown_seconds = forms.CharField(required=False)
     cooldown_cap_seconds = forms.CharField(required=False)
     failure_status_codes = forms.CharField(required=False)
+    # The signature of the warnings the user chose to save anyway ("" when none were shown).
+    confirm_risky = forms.CharField(required=False)
 
     @classmethod
     def for_values(cls, values: BreakerConfigValues) -> "BreakerConfigForm":
@@ -93,6 +233,7 @@ class BreakerOverrideForm(_ServiceErrorsMixin, forms.Form):
     initial_cooldown_seconds = forms.CharField(required=False)
     cooldown_cap_seconds = forms.CharField(required=False)
     failure_status_codes = forms.CharField(required=False)
+    confirm_risky = forms.CharField(required=False)
 
     @classmethod
     def for_override(cls, override: BreakerOverrideValues) -> "BreakerOverrideForm":
@@ -105,6 +246,29 @@ class BreakerOverrideForm(_ServiceErrorsMixin, forms.Form):
 
     def override_input(self) -> dict[str, Any]:
         return {name: self.cleaned_data.get(name, "") for name in CONFIG_FIELDS}
+
+    def effective_input(self, base: BreakerConfigValues) -> dict[str, Any]:
+        """The values the circuit would run with: the override's, and the global ones where it is empty."""
+        inherited = base.as_dict()
+        inherited["failure_status_codes"] = _codes_text(base.failure_status_codes)
+        typed = self.override_input()
+        return {name: inherited[name] if is_blank(typed[name]) else typed[name] for name in CONFIG_FIELDS}
+
+
+def confirmed(form: forms.Form, warnings: list[TuningWarning]) -> bool:
+    """True when there is nothing to confirm, or the user ticked "Save anyway" for exactly these warnings."""
+    return not warnings or form.cleaned_data.get("confirm_risky") == warnings_signature(warnings)
+
+
+# The sorts of the circuit table: the key in ?sort= and whether the first click sorts descending.
+CIRCUIT_SORTS: dict[str, bool] = {"model": False, "failures": True, "requests": True}
+DEFAULT_CIRCUIT_SORT = "model"
+
+
+def circuit_sort(query: QueryDict) -> str:
+    """The table's sort from a query string ("failures", "-requests", …); the default when missing or unknown."""
+    value = str(query.get("sort") or "").strip()
+    return value if value.lstrip("-") in CIRCUIT_SORTS else DEFAULT_CIRCUIT_SORT
 
 
 class CircuitForm(forms.Form):

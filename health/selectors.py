@@ -237,6 +237,12 @@ def circuits_local_only() -> bool:
     return get_engine().degraded
 
 
+def circuit_default_window() -> int:
+    """The failure window (seconds) of circuits without an override, as this process's engine applies it.
+    No database query, so the polled table can name it."""
+    return get_engine().config.default.window_seconds
+
+
 def circuit_get(*, provider: str, model: str) -> CircuitRow:
     """One circuit (a fresh closed one when untracked)."""
     engine = get_engine()

@@ -11,9 +11,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from django.contrib import messages
-from django.http import Http404, HttpResponse
+from django.http import Http404, HttpResponse, QueryDict
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -30,13 +31,21 @@ from core.roles import Role
 from core.templatetags.console_tags import ago
 from health.breaker import State
 from health.forms import (
+    CIRCUIT_SORTS,
+    DEFAULT_CIRCUIT_SORT,
     EXPIRY_PRESETS,
     FIELD_HELP,
     FIELD_LABELS,
+    FIELD_TRADEOFFS,
     BreakerConfigForm,
     BreakerOverrideForm,
     CircuitForm,
     HoldForm,
+    TuningWarning,
+    circuit_sort,
+    confirmed,
+    tuning_warnings,
+    warnings_signature,
 )
 from health.history import CLOSED, DRAINED, FORCED_OPEN, HALF_OPEN, OPEN, Segment, circuit_event_list, circuit_segments
 from health.models import CircuitControl, CircuitEvent
@@ -50,6 +59,7 @@ from health.selectors import (
     breaker_override_get,
     breaker_override_list,
     circuit_anchor,
+    circuit_default_window,
     circuit_get,
     circuit_holds_in_force,
     circuit_list,
@@ -343,9 +353,66 @@ def _chain_views(links: list[ChainLink]) -> tuple[ChainView, ...]:
     return tuple(out)
 
 
-def _table_context() -> dict[str, Any]:
+@dataclass(frozen=True)
+class SortHeader:
+    """A sortable column header: where a click goes and what the current order is."""
+
+    url: str
+    aria_sort: str  # "ascending" | "descending" | "" (not the active column)
+    arrow: str
+
+
+def _sort_key(sort: str) -> Any:
+    column = sort.lstrip("-")
+    if column == "failures":
+        return lambda c: (c.row.failure_count, c.row.total_requests)
+    if column == "requests":
+        return lambda c: (c.row.total_requests, c.row.failure_count)
+    return lambda c: (c.row.provider, c.row.model)
+
+
+def _sorted(circuits: list[CircuitView], sort: str) -> list[CircuitView]:
+    """Circuits in the table's order; ties keep provider then model order (a stable sort over that order)."""
+    by_name = sorted(circuits, key=lambda c: (c.row.provider, c.row.model))
+    return sorted(by_name, key=_sort_key(sort), reverse=sort.startswith("-"))
+
+
+def _sort_url(sort: str) -> str:
+    base = reverse("health:index")
+    return base if sort == DEFAULT_CIRCUIT_SORT else f"{base}?{urlencode({'sort': sort})}"
+
+
+def _sort_headers(sort: str) -> dict[str, SortHeader]:
+    """One header per sortable column. Counts sort most-first on the first click, names A–Z; clicking the
+    active column flips it."""
+    column, descending = sort.lstrip("-"), sort.startswith("-")
+    headers = {}
+    for key, first_descending in CIRCUIT_SORTS.items():
+        active = key == column
+        flip = descending if active else not first_descending
+        target = key if flip else f"-{key}"
+        headers[key] = SortHeader(
+            url=_sort_url(target),
+            aria_sort=("descending" if descending else "ascending") if active else "",
+            arrow=("▼" if descending else "▲") if active else "",
+        )
+    return headers
+
+
+def _window_help(circuits: list[CircuitView]) -> str:
+    """The header's help: the failure window the counts are over, and whether some circuits use another."""
+    window = circuit_default_window()
+    text = f"Failure count and Total requests: the last {window} s"
+    others = sorted({c.row.window_seconds for c in circuits} - {window})
+    if others:
+        text += f" ({', '.join(f'{w} s' for w in others)} for circuits with an override; see each cell)"
+    return text + "."
+
+
+def _table_context(sort: str = DEFAULT_CIRCUIT_SORT) -> dict[str, Any]:
     """The circuit table: the engine's circuits plus the held ones it has not tracked, grouped by provider,
-    with their holds, 24-hour strips, last-hour figures and chains. A fixed number of queries."""
+    with their holds, 24-hour strips, last-hour figures and chains, in the order of `sort` (within a
+    provider; providers in the order of their first circuit). A fixed number of queries."""
     now = timezone.now()
     rows = circuit_list()
     # Read after the listing, which may be what found Redis unreachable.
@@ -376,8 +443,11 @@ def _table_context() -> dict[str, Any]:
         )
         for row in rows
     ]
+    circuits = _sorted(circuits, sort)
+    providers = list(dict.fromkeys(c.row.provider for c in circuits))
+    providers += sorted(set(drains) - set(providers))  # drained providers without a tracked circuit
     groups: list[ProviderGroup] = []
-    for provider in sorted({c.row.provider for c in circuits} | set(drains)):
+    for provider in providers:
         members = [c for c in circuits if c.row.provider == provider]
         groups.append(ProviderGroup(provider, provider_anchor(provider), drains.get(provider), members))
     return {
@@ -391,8 +461,19 @@ def _table_context() -> dict[str, Any]:
         "updated_at": now,
         "updated_title": _utc(now),
         "poll_seconds": POLL_SECONDS,
-        "index_url": reverse("health:index"),
+        # The poll keeps the order the user chose.
+        "index_url": _sort_url(sort),
+        "sort": sort,
+        "sort_headers": _sort_headers(sort),
+        "window_help": _window_help(circuits),
     }
+
+
+def _request_sort(request: HtmxRequest) -> str:
+    """The table's sort: from the query string, or (for a POST answered with the table) from the page's URL."""
+    if "sort" in request.GET or not request.htmx or not request.htmx.current_url:
+        return circuit_sort(request.GET)
+    return circuit_sort(QueryDict(urlsplit(request.htmx.current_url).query))
 
 
 def provider_anchor(provider: str) -> str:
@@ -407,6 +488,7 @@ class FieldView:
     name: str
     label: str
     help: str
+    tradeoff: str  # what moving it up or down costs, in plain words
     inherited: str  # the global value an override field falls back to
 
 
@@ -429,11 +511,21 @@ def _override_view(values: BreakerOverrideValues) -> OverrideView:
     return OverrideView(values=values, key=circuit_anchor(values.provider, values.model), summary=summary)
 
 
+def _warnings_context(prefix: str, form: Any, warnings: list[TuningWarning]) -> dict[str, Any]:
+    """The warning block of one form: the warnings linked to their fields, and the value "Save anyway" sends."""
+    return {
+        f"{prefix}_warnings": [(form[w.field].id_for_label, w.message) for w in warnings],
+        f"{prefix}_signature": warnings_signature(warnings) if warnings else "",
+    }
+
+
 def _configure_context(
     *,
     config_form: BreakerConfigForm | None = None,
     override_form: BreakerOverrideForm | None = None,
     config: BreakerConfigValues | None = None,
+    config_warnings: list[TuningWarning] | None = None,
+    override_warnings: list[TuningWarning] | None = None,
 ) -> dict[str, Any]:
     config = config or breaker_config_get()
     current = config.as_dict()
@@ -442,7 +534,13 @@ def _configure_context(
     overrides = breaker_override_list()
     chosen = override_form["provider"].value() or "", override_form["model"].value() or ""
     fields = [
-        FieldView(name=f, label=FIELD_LABELS[f], help=FIELD_HELP[f], inherited=_show(f, current[f]))
+        FieldView(
+            name=f,
+            label=FIELD_LABELS[f],
+            help=FIELD_HELP[f],
+            tradeoff=FIELD_TRADEOFFS[f],
+            inherited=_show(f, current[f]),
+        )
         for f in CONFIG_FIELDS
     ]
     return {
@@ -458,6 +556,8 @@ def _configure_context(
         "models": list(llm_model_list().values_list("name", "provider__name")),
         # The pair in the override form when it already has an override (saving replaces it).
         "editing": chosen if any((o.provider, o.model) == chosen for o in overrides) else None,
+        **_warnings_context("config", config_form, config_warnings or []),
+        **_warnings_context("override", override_form, override_warnings or []),
     }
 
 
@@ -480,10 +580,11 @@ def _configure_response(request: HtmxRequest, context: dict[str, Any], *, close_
 @vary_on_headers("HX-Request", "HX-Target")
 def index(request: HtmxRequest) -> HttpResponse:
     template = "health/index.html"
+    sort = _request_sort(request)
     if wants_partial(request) and request.htmx.target == "circuit-table":
-        # The table polls itself: engine only, no configuration or catalog queries.
-        return render(request, template + "#circuit-table", _table_context())
-    context = {"section": "fallback", "tab": "health", **_table_context(), **_configure_context()}
+        # The table polls itself (and a sort header swaps it): engine only, no configuration or catalog queries.
+        return render(request, template + "#circuit-table", _table_context(sort))
+    context = {"section": "fallback", "tab": "health", **_table_context(sort), **_configure_context()}
     if wants_partial(request):
         template += "#fallback-page"
     return render(request, template, context)
@@ -511,7 +612,7 @@ def reset(request: HtmxRequest) -> HttpResponse:
         was = STATE_LABELS.get(before.state, str(before.state))
         messages.success(request, f"Circuit {provider} / {model} reset: {was} → Closed.")
     if request.htmx:
-        return render(request, "health/index.html#circuit-table", _table_context())
+        return render(request, "health/index.html#circuit-table", _table_context(_request_sort(request)))
     return redirect("health:index")
 
 
@@ -535,11 +636,18 @@ def configure(request: HtmxRequest) -> HttpResponse:
     form = BreakerConfigForm(request.POST)
     form.is_valid()
     before = breaker_config_get()
+    # Risky but valid values: say why and save only once "Save anyway" is ticked for these very warnings.
+    warnings = tuning_warnings(form.config_input())
+    if not confirmed(form, warnings):
+        return _configure_response(
+            request, _configure_context(config_form=form, config=before, config_warnings=warnings)
+        )
     try:
         after = breaker_config_update(actor=request.user, data=form.config_input())
     except ValidationFailed as exc:
         form.add_service_errors(exc)
-        return _configure_response(request, _configure_context(config_form=form, config=before))
+        context = _configure_context(config_form=form, config=before, config_warnings=warnings)
+        return _configure_response(request, context)
     if after.as_dict() == before.as_dict():
         messages.info(request, "Breaker thresholds unchanged.")
     else:
@@ -555,11 +663,16 @@ def override_set(request: HtmxRequest) -> HttpResponse:
     form = BreakerOverrideForm(request.POST)
     form.is_valid()
     provider, model = form.target()
+    # The warnings are about what the circuit would run with: the override over the global values.
+    typed = any(str(v).strip() for v in form.override_input().values())
+    warnings = tuning_warnings(form.effective_input(breaker_config_get())) if typed else []
+    if not confirmed(form, warnings):
+        return _configure_response(request, _configure_context(override_form=form, override_warnings=warnings))
     try:
         breaker_override_set(actor=request.user, provider=provider, model=model, data=form.override_input())
     except ValidationFailed as exc:
         form.add_service_errors(exc)
-        return _configure_response(request, _configure_context(override_form=form))
+        return _configure_response(request, _configure_context(override_form=form, override_warnings=warnings))
     messages.success(request, f"Override for {provider} / {model} saved.")
     if not request.htmx:
         return redirect("health:configure")
@@ -718,7 +831,7 @@ def _held(request: HtmxRequest, message: str) -> HttpResponse:
     messages.success(request, message)
     if not request.htmx:
         return redirect("health:index")
-    response = render(request, "health/index.html#circuit-table", _table_context())
+    response = render(request, "health/index.html#circuit-table", _table_context(_request_sort(request)))
     retarget(response, "#circuit-table")
     reswap(response, "outerHTML")
     # After the swap settles, so app.js has found the new opener to give the keyboard back to.

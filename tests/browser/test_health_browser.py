@@ -75,7 +75,8 @@ def test_reset_and_configure_through_the_console(
     reset_link.click()
     expect(dialog).to_be_visible()
     record(live_engine, "anthropic", "claude-haiku", [Outcome.of_status(500)] * 3)
-    expect(haiku.locator("td[data-label='Failures']")).to_have_text("3 / 4 in window")
+    expect(haiku.locator("td[data-label='Failure count']")).to_have_text("3")
+    expect(haiku.locator("td[data-label='Total requests']")).to_have_text("4")
     expect(dialog).to_be_visible()
     expect(dialog.get_by_role("heading")).to_have_text("Reset openai / gpt-4o?")
 
@@ -139,7 +140,7 @@ def test_override_add_and_delete_in_the_dialog(
     editor = page.locator("#configure-dialog")
     editor.get_by_label("Provider").select_option("openai")
     editor.get_by_label("Model").select_option("gpt-4o")
-    editor.locator("#id_override-failure_threshold").fill("2")
+    editor.locator("#id_override-failure_threshold").fill("3")  # 2 would ask "Save anyway" first
     editor.get_by_role("button", name="Save override").click()
 
     # The dialog stays open with the override listed; the table marks the circuit on its next refresh.

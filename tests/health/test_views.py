@@ -128,7 +128,8 @@ def test_index_full_page_shows_every_column_of_an_open_circuit(admin_client, fro
         "Provider": "openai",
         "Model": "gpt-4o",
         "State": "Open server errors · 503",
-        "Failures": "10 / 10 in window",
+        "Failure count": "10",
+        "Total requests": "10",
         "Cooldown": "in 60 s",
         "Last failure": "just now · 503",
         "Opens": "1",
@@ -150,7 +151,8 @@ def test_index_closed_circuit_has_no_cooldown_and_green_pill(admin_client, froze
         "Provider": "anthropic",
         "Model": "claude-haiku",
         "State": "Closed",
-        "Failures": "3 / 10 in window",
+        "Failure count": "3",
+        "Total requests": "10",
         "Cooldown": "—",
         "Last failure": "just now · timeout",
         "Opens": "0",
@@ -338,7 +340,7 @@ def test_reset_over_htmx_flips_the_row_and_audits(admin_client, frozen_engine):
     assert response.status_code == 200
     assert response.content.decode().lstrip().startswith('<div id="circuit-table"')
     assert cells(row_html(response))["State"] == "Closed"
-    assert cells(row_html(response))["Failures"] == "0 / 0 in window"
+    assert (cells(row_html(response))["Failure count"], cells(row_html(response))["Total requests"]) == ("0", "0")
     assert frozen_engine.get("openai", "gpt-4o").state is State.CLOSED
     event = AuditEvent.objects.get()
     assert (event.action, event.object_id, event.actor_name) == ("circuit.reset", "openai/gpt-4o", "alice")
