@@ -1,5 +1,7 @@
 """Playwright drives Debian's Chromium (never a downloaded browser)."""
 
+from typing import Any
+
 import pytest
 
 CHROMIUM_ARGS = [
@@ -23,6 +25,12 @@ def browser_type_launch_args(browser_type_launch_args):
 def console_errors(page):
     """Console errors (CSP violations show up here) collected during the test."""
     errors: list[str] = []
-    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+
+    def on_console(message: Any) -> None:
+        if message.type == "error":
+            where = message.location or {}
+            errors.append(f"{message.text} [{where.get('url', '')}:{where.get('lineNumber', '')}]")
+
+    page.on("console", on_console)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     return errors
