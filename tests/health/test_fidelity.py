@@ -140,10 +140,14 @@ def test_count_headers_sort_most_first_then_flip(admin_client, three_circuits):
 
     by_failures = admin_client.get(INDEX_URL + "?sort=-failures")
     assert 'href="/fallback/health/?sort=failures"' in header(by_failures, "Failure count")
-    # The same markup as the other sortable headers of the console: a link inside a th with aria-sort.
+    # The same markup as the other sortable headers of the console (includes/sort_link.html): a link inside
+    # a th with aria-sort, its icon showing the direction.
     assert re.search(
-        r'<th scope="col" class="num" aria-sort="descending"[^>]*><a href=', header(by_failures, "Failure count")
+        r'<th scope="col" class="num" aria-sort="descending"[^>]*>\s*<a class="sort-link"[^>]*>Failure count '
+        r'<span aria-hidden="true">▼</span>',
+        header(by_failures, "Failure count"),
     )
+    assert '<span aria-hidden="true">↕</span>' in header(by_failures, "Total requests")
 
 
 def test_the_poll_and_a_sort_click_keep_the_order(admin_client, three_circuits):
