@@ -14,7 +14,7 @@ TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/controlplane
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 export TEST_REDIS_URL
 
-.PHONY: help venv run test test-pg test-sqlite lint bench bench-logs bench-hostile clean
+.PHONY: help venv run test test-pg test-sqlite lint bench bench-logs bench-hostile bench-profile clean
 
 help:
 	@echo "make run   - start the console on http://$(HOST):$(PORT) (embedded mode, SQLite, demo data)"
@@ -62,6 +62,10 @@ bench-logs: venv
 	$(PY) bench/request_logs.py
 	$(PY) bench/request_log_freshness.py
 	$(PY) bench/dashboard.py
+
+# Where one gateway worker's CPU goes, by stage, under load (py-spy); the table in docs/performance.md.
+bench-profile: venv
+	$(PY) bench/profile_gateway.py
 
 # Maximal and hostile request bodies against one gateway worker; figures go in the README's Reliability section.
 bench-hostile: venv

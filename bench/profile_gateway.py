@@ -1,0 +1,138 @@
+"""Where one proxied request's CPU goes, by stage, in one production-mode gateway worker under load.
+
+Starts the same stack as bench/gateway.py (the simulator and one `run_gateway` worker with the Redis-backed
+breaker and request-log stream), drives it with wrk at one concurrency, samples the worker with py-spy
+(`--native` off: Python frames only) and attributes each sample to the innermost frame that belongs to a
+stage. Prints the table that docs/performance.md keeps, with the worker's CPU per request from /proc.
+
+    .venv/bin/python bench/profile_gateway.py --duration 20 --connections 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.gateway import free_port, prepare, proc_stats, start_stack, wrk
+
+# (stage, substrings of "function (file)" in py-spy's collapsed frames), most specific first: a sample goes
+# to the first stage whose pattern matches its innermost matching frame.
+STAGES: list[tuple[str, tuple[str, ...]]] = [
+    ("request-log record and sink", ("_log_record", "logsink.py", "metrics.py", "(gateway/app.py:_log")),
+    ("usage parsing", ("_usage_from", "_take_usage")),
+    ("attribution headers", ("_attribution", "_attempts (")),
+    ("breaker allow / record", ("health/breaker/",)),
+    ("upstream request and response", ("gateway/upstream/", "httptools/parser")),
+    ("planning (candidates, planner)", ("gateway/resilience.py", "_plan (", "_candidates", "next_action")),
+    ("auth, body, routing", ("_authenticate", "_read_body", "_receive_body", "bodies.py", "snapshot.py", "_parse (")),
+    ("attempt loop (own code)", ("gateway/attempts.py",)),
+    ("gateway dispatch (own code)", ("gateway/app.py", "gateway/exchange.py")),
+    ("HTTP server and ASGI (uvicorn)", ("uvicorn/",)),
+    ("event loop", ("asyncio/", "uvloop")),
+]
+
+
+def stage_of(stack: str) -> str:
+    """The stage of one sampled stack; work in a background thread (the breaker's Redis mirror, the log
+    sink's shipper) is named apart: off the event loop, but the same process's CPU and GIL."""
+    frames = stack.split(";")
+    where = "background thread: " if frames[0].startswith("Thread._bootstrap") else ""
+    for frame in reversed(frames):  # innermost first
+        for stage, patterns in STAGES:
+            if any(p in frame for p in patterns):
+                return where + stage
+    return where + "other (interpreter, libraries outside a stage)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--duration", type=int, default=20)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
+    parser.add_argument("--redis-url", default=os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    args = parser.parse_args()
+    for tool in ("wrk", "py-spy"):
+        if not shutil.which(tool) and not (Path(sys.executable).parent / tool).exists():
+            raise SystemExit(f"{tool} is needed (wrk: apt-get install -y wrk; py-spy: make venv)")
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+
+    work = Path(tempfile.mkdtemp(prefix="cp-profile-"))
+    sim_port, gw_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
+        "REDIS_URL": args.redis_url,
+        "SECRET_KEY": "profile-" + uuid.uuid4().hex,
+        "BREAKER_REDIS_NAMESPACE": f"profile:{uuid.uuid4().hex[:8]}",
+        "CONTROLPLANE_VAR_DIR": str(work),
+        "LOG_LEVEL": "WARNING",
+    }
+    key = prepare(env, f"http://127.0.0.1:{sim_port}")
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs)
+        url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
+        wrk(url, key, args.connections, 3)  # warm up
+        out = work / "profile.txt"
+        sampler = subprocess.Popen(
+            [
+                spy,
+                "record",
+                "--pid",
+                str(pid),
+                "--rate",
+                str(args.rate),
+                "--duration",
+                str(args.duration),
+                "--format",
+                "raw",
+                "--output",
+                str(out),
+                "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        cpu_before, _ = proc_stats(pid)
+        result = wrk(url, key, args.connections, args.duration)
+        cpu_after, rss = proc_stats(pid)
+        sampler.wait(timeout=args.duration + 30)
+    finally:
+        for proc in reversed(procs):
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=10)
+
+    samples: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not count.isdigit() or "process_idle" in stack or stack.endswith("select (selectors.py)"):
+            continue
+        samples[stage_of(stack)] += int(count)
+        total += int(count)
+    per_request_us = (cpu_after - cpu_before) / max(result["requests"], 1) * 1e6
+    print(
+        f"c={args.connections}, {args.duration} s: {result['rps']:,.0f} req/s, p50 {result['p50']:.2f} ms, "
+        f"worker CPU {per_request_us:.0f} µs/request, RSS {rss:.0f} MiB, {total} busy samples"
+    )
+    print()
+    print("| stage | share of busy samples | ≈ µs / request |")
+    print("|---|---:|---:|")
+    for name, hits in samples.most_common():
+        share = hits / max(total, 1)
+        print(f"| {name} | {share:.1%} | {share * per_request_us:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
