@@ -28,6 +28,7 @@ from gateway.errors import openai_error, sse_error
 from gateway.exchange import SSE_HEADERS, Exchange, Reject, ms, respond
 from gateway.resilience import (
     NOT_RETRYABLE,
+    TIMEOUT_KINDS,
     Attempt,
     Call,
     Candidate,
@@ -361,8 +362,7 @@ class AttemptLoop:
             # The upstream ended its stream with an error event, which the client already has: nothing to add.
             # A class that is never retried (a content filter) does not count against the provider.
             attempt["error"] = "error_event"
-            failure = classify(None, None, error_event)
-            report(Outcome.of_status(_NOT_RETRYABLE_STATUS) if failure in NOT_RETRYABLE else Outcome.connection_error())
+            report(_outcome_of("error_event", classify(None, None, error_event)))
             call.error_kind = "error_event"
             self._log(call)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
@@ -637,10 +637,7 @@ class AttemptLoop:
         if progress.malformed:
             record["malformed_events"] = progress.malformed
         failure = classify(None, kind, body)
-        if failure in NOT_RETRYABLE:
-            report(Outcome.of_status(_NOT_RETRYABLE_STATUS))
-        else:
-            report(_outcome_of(kind))
+        report(_outcome_of(kind, failure))
         delivered = stream is not None and stream.committed
         return _Failure(Attempt(target, failure, at, delivered=delivered), kind, message, headers=headers)
 
@@ -1028,11 +1025,15 @@ def _count(value: Any) -> TypeGuard[int]:
     return type(value) is int and 0 <= value < 2**31
 
 
-def _outcome_of(kind: str) -> Outcome:
-    """The breaker outcome of a call that produced no response. `credential_unavailable` (nothing was sent:
-    the stored key cannot be decrypted) is a configuration fault, not the provider failing: it is reported
-    as cancelled, which the breaker ignores and which still frees a probe slot."""
-    if kind in ("timeout", "connect_timeout", "first_token_timeout", "idle_timeout", "deadline"):
+def _outcome_of(kind: str, failure: FailureClass | None = None) -> Outcome:
+    """The breaker outcome of a call that produced no usable response, by its kind (and, for an error event,
+    its class). A class that is never retried (a content filter in an error event) is the client's request,
+    not the provider failing: reported as 400, which the breaker does not count. `credential_unavailable`
+    (nothing was sent: the stored key cannot be decrypted) is a configuration fault: reported as cancelled,
+    which the breaker ignores and which still frees a probe slot."""
+    if failure is not None and failure in NOT_RETRYABLE:
+        return Outcome.of_status(_NOT_RETRYABLE_STATUS)
+    if kind in TIMEOUT_KINDS:
         return Outcome.timeout()
     if kind == "credential_unavailable":
         return Outcome.cancelled()

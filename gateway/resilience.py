@@ -56,7 +56,8 @@ NOT_RETRYABLE = frozenset({FailureClass.CONTENT_FILTER, FailureClass.INVALID_REQ
 _RETRY_SAME = frozenset({FailureClass.RATE_LIMIT, FailureClass.OVERLOADED, FailureClass.CONNECTION})
 _RETRY_STATUSES = frozenset({429, 500, 502, 503, 504, 529})
 
-_TIMEOUT_KINDS = frozenset(
+# The transport's and the attempt loop's timeout kinds (the request log's `error`, the breaker's timeout).
+TIMEOUT_KINDS = frozenset(
     {"timeout", "connect_timeout", "first_token_timeout", "idle_timeout", "read_timeout", "deadline"}
 )
 
@@ -108,7 +109,7 @@ def classify(status: int | None, error_kind: str | None, body: bytes | dict[str,
     for code in sorted(codes):
         if code in _TYPE_CLASSES:
             return _TYPE_CLASSES[code]
-    if error_kind is not None and error_kind in _TIMEOUT_KINDS:
+    if error_kind is not None and error_kind in TIMEOUT_KINDS:
         return FailureClass.TIMEOUT
     if body is not None and error_kind is None:
         return FailureClass.SERVER_ERROR  # an error event of no known type
