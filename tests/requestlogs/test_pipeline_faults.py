@@ -55,13 +55,18 @@ class Stack:
             db = connection.settings_dict
             env["DATABASE_URL"] = f"postgres://{db['USER']}@127.0.0.1:{db_port}/{db['NAME']}"
         if redis_port is not None:
-            env["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/0"
+            # The same database as the test's Redis URL, through the proxy's port.
+            number = redis.Redis.from_url(self.redis_url).connection_pool.connection_kwargs.get("db", 0)
+            env["REDIS_URL"] = f"redis://127.0.0.1:{redis_port}/{number}"
         return env
 
     def _spawn(self, argv: list[str], env: dict, name: str) -> subprocess.Popen:
         log_path = self.tmp / f"{name}-{len(self.procs)}.log"
         with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
-            proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+            # A group of its own: a celery worker's embedded beat is a child process, and must die with it.
+            proc = subprocess.Popen(
+                argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
         proc.log_path = log_path  # type: ignore[attr-defined]
         self.procs.append(proc)
         return proc
@@ -98,15 +103,23 @@ class Stack:
         if proc.poll() is not None:
             raise AssertionError(f"process exited: {proc.log_path.read_text()[-2000:]}")
 
+    @staticmethod
+    def kill(proc: subprocess.Popen, sig: int = signal.SIGKILL) -> None:
+        """Signal the process and its children (its group); one already gone is fine."""
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
     def close(self) -> None:
         for proc in self.procs:
-            if proc.poll() is None:
-                proc.terminate()
+            self.kill(proc, signal.SIGTERM)
         for proc in self.procs:
             try:
                 proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                proc.kill()
+                pass
+            self.kill(proc)  # whatever of the group is left (an orphaned beat child, say)
         client = redis.Redis.from_url(self.redis_url)
         keys = list(client.scan_iter(f"{self.namespace}*"))
         if keys:
@@ -246,7 +259,7 @@ def test_a_worker_killed_mid_batch_is_taken_over_and_every_row_arrives_once(stac
                 return 0  # the group does not exist yet
 
         held = _until(holding_a_batch, 30, "the worker to read a batch")
-        first.send_signal(signal.SIGKILL)
+        stack.kill(first)  # the worker and its beat child, as when its container dies
         first.wait(timeout=10)
         pg.restore()
         second_started = time.monotonic()
