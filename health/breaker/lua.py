@@ -1,9 +1,12 @@
 """Lua scripts of the Redis backend. Each runs atomically, so window, state and probe slot move together.
 
 KEYS (all share the circuit's hash tag `{provider/model}`, see redis_backend.circuit_tag):
-  1 = state hash, 2 = sorted set of every counted outcome, 3 = sorted set of the failures
-  (score = time in ms, member = per-circuit sequence number), 4 = sorted set of released probe
-  tickets (score = when the ticket may be forgotten, Redis TIME ms).
+  1 = state hash, 2 = sorted set of the counted outcomes, 3 = sorted set of the failures, 4 = sorted set
+  of released probe tickets (score = when the ticket may be forgotten, Redis TIME ms).
+The window sets hold one member per `record` call, not per outcome: score = the call's time in ms,
+member = `seq:count` (a per-circuit sequence number and how many outcomes that call counted). The state
+hash keeps their running sums (`wt`, `wf`), so a call costs the same for one outcome or a thousand;
+an absent sum is rebuilt from its set, and an empty or missing set counts zero.
 ARGV[1] = time override in ms ('' in production: the script reads Redis TIME, the one clock every
 process shares). ARGV[2] = transition channel, ARGV[3] = provider, ARGV[4] = model.
 Every script replies with the eight circuit fields of `reply()` after its own leading values.
@@ -30,18 +33,37 @@ local function fmt(n)
 end
 local function load()
   local v = redis.call('HMGET', KEYS[1], 'state', 'gen', 'opened_at', 'cooldown_until', 'consec',
-                       'lf_at', 'lf_label', 'probe_at')
+                       'lf_at', 'lf_label', 'probe_at', 'wt', 'wf')
   return {
     exists = v[1] ~= false,
     state = v[1] or 'closed', gen = tonumber(v[2] or '0'), opened_at = num(v[3]),
     cooldown_until = num(v[4]), consec = tonumber(v[5] or '0'), lf_at = num(v[6]),
-    lf_label = v[7] or '', probe_at = num(v[8]),
+    lf_label = v[7] or '', probe_at = num(v[8]), wt = num(v[9]), wf = num(v[10]),
   }
 end
 local function save(c)
   redis.call('HSET', KEYS[1], 'state', c.state, 'gen', fmt(c.gen), 'opened_at', fmt(c.opened_at),
              'cooldown_until', fmt(c.cooldown_until), 'consec', fmt(c.consec), 'lf_at', fmt(c.lf_at),
-             'lf_label', c.lf_label, 'probe_at', fmt(c.probe_at))
+             'lf_label', c.lf_label, 'probe_at', fmt(c.probe_at), 'wt', fmt(c.wt), 'wf', fmt(c.wf))
+end
+-- The window sets: how many outcomes a member stands for, and the sum of a list of members.
+local function sum(members)
+  local total = 0
+  for _, m in ipairs(members) do
+    local at = string.find(m, ':', 1, true)
+    total = total + (at and tonumber(string.sub(m, at + 1)) or 1)
+  end
+  return total
+end
+-- The outcomes of one window set newer than `horizon` (ms), from its stored sum (nil = rebuild it).
+-- `trim` also removes the older members; otherwise nothing is written.
+local function live(key, stored, horizon, trim)
+  if redis.call('EXISTS', key) == 0 then return 0 end
+  if stored == nil then stored = sum(redis.call('ZRANGE', key, 0, -1)) end
+  local stale = redis.call('ZRANGEBYSCORE', key, '-inf', horizon)
+  if #stale == 0 then return stored end
+  if trim then redis.call('ZREMRANGEBYSCORE', key, '-inf', horizon) end
+  return stored - sum(stale)
 end
 local function reply(c)
   return {c.state, fmt(c.gen), fmt(c.opened_at), fmt(c.cooldown_until), fmt(c.consec), fmt(c.lf_at),
@@ -121,8 +143,12 @@ return concat({'ignored'}, c)
 """
 )
 
-# ARGV[5] ticket generation, [6] '1' when the ticket is the probe, [7] verdict s/f/c, [8] failure label,
-# [9] threshold, [10] window ms, [11] minimum requests, [12] initial cooldown ms, [13] cooldown cap ms.
+# ARGV[5] ticket generation, [6] '1' when the ticket is the probe, [7] threshold, [8] window ms,
+# [9] minimum requests, [10] initial cooldown ms, [11] cooldown cap ms, then runs from [12]: verdict
+# (s/f/c), failure label, count. A probe's call has one run of one; a closed circuit's call carries every
+# outcome of one generation that the caller collected since its last call, in order, run-length encoded.
+# The runs are applied one outcome at a time, as if each were its own call (the circuit opens at the
+# outcome that crosses the threshold and the rest are ignored), but the window gains one member per key.
 # Reply: 'ignored' | 'counted' | 'returned' (a cancelled probe gave its slot back) | 'transition' (this
 # call opened, reopened or closed the circuit: the caller emits the one event of it), then the script's
 # time (ms), the window's failures and total ('' unless counted in a closed window), then the circuit.
@@ -136,23 +162,10 @@ local function answer(status, fails, total)
 end
 if tonumber(ARGV[5]) ~= c.gen then return answer('ignored') end
 local probe = ARGV[6] == '1'
-local verdict = ARGV[7]
-if verdict == 'c' then
-  if probe and c.state == 'half_open' and c.probe_at ~= nil then
-    c.probe_at = nil  -- a cancelled probe gives the slot back at once
-    -- Every change bumps the generation, so mirrors can order pub/sub messages and replies.
-    c.gen = c.gen + 1
-    save(c)
-    publish(c)
-    return answer('returned')
-  end
-  return answer('ignored')
-end
-local failed = verdict == 'f'
 local function open()
   c.consec = c.consec + 1
-  local cap = math.max(tonumber(ARGV[13]), tonumber(ARGV[12]))
-  local cd = tonumber(ARGV[12]) * math.pow(2, math.min(c.consec - 1, 20))
+  local cap = math.max(tonumber(ARGV[11]), tonumber(ARGV[10]))
+  local cd = tonumber(ARGV[10]) * math.pow(2, math.min(c.consec - 1, 20))
   if cd > cap then cd = cap end
   c.state = 'open'
   c.opened_at = now
@@ -161,10 +174,22 @@ local function open()
   c.gen = c.gen + 1
 end
 if probe then
+  local verdict = ARGV[12]
+  if verdict == 'c' then
+    if c.state == 'half_open' and c.probe_at ~= nil then
+      c.probe_at = nil  -- a cancelled probe gives the slot back at once
+      -- Every change bumps the generation, so mirrors can order pub/sub messages and replies.
+      c.gen = c.gen + 1
+      save(c)
+      publish(c)
+      return answer('returned')
+    end
+    return answer('ignored')
+  end
   if c.state ~= 'half_open' then return answer('ignored') end
-  if failed then
+  if verdict == 'f' then
     c.lf_at = now
-    c.lf_label = ARGV[8]
+    c.lf_label = ARGV[13]
     open()
   else
     c.state = 'closed'
@@ -173,6 +198,8 @@ if probe then
     c.cooldown_until = nil
     c.opened_at = nil
     c.probe_at = nil
+    c.wt = 0
+    c.wf = 0
     redis.call('DEL', KEYS[2], KEYS[3])
   end
   save(c)
@@ -180,22 +207,44 @@ if probe then
   return answer('transition')
 end
 if c.state ~= 'closed' then return answer('ignored') end
-local window = tonumber(ARGV[10])
-local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
-redis.call('ZADD', KEYS[2], fmt(now), seq)
-if failed then
-  redis.call('ZADD', KEYS[3], fmt(now), seq)
-  c.lf_at = now
-  c.lf_label = ARGV[8]
-end
+local window = tonumber(ARGV[8])
 local horizon = fmt(now - window)
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', horizon)
-redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', horizon)
+local total = live(KEYS[2], c.wt, horizon, true)
+local fails = live(KEYS[3], c.wf, horizon, true)
+local threshold, minimum = tonumber(ARGV[7]), tonumber(ARGV[9])
+local added, added_failures, opened = 0, 0, false
+for i = 12, #ARGV - 2, 3 do
+  local verdict, n = ARGV[i], tonumber(ARGV[i + 2])
+  if verdict == 'f' then
+    -- The circuit opens at the first failure after which both the threshold and the minimum are met.
+    local need = math.max(threshold - fails, minimum - total, 1)
+    if need <= n then n = need; opened = true end
+    fails = fails + n
+    added_failures = added_failures + n
+    c.lf_at = now
+    c.lf_label = ARGV[i + 1]
+  elseif verdict == 's' then
+    -- A success can open it too: the failures already meet the threshold and it completes the minimum.
+    if fails >= threshold then
+      local need = math.max(minimum - total, 1)
+      if need <= n then n = need; opened = true end
+    end
+  else
+    n = 0  -- a cancelled call that was not the probe counts for nothing
+  end
+  total = total + n
+  added = added + n
+  if opened then break end
+end
+if added == 0 then return answer('ignored') end
+local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
+redis.call('ZADD', KEYS[2], fmt(now), seq .. ':' .. added)
+if added_failures > 0 then redis.call('ZADD', KEYS[3], fmt(now), seq .. ':' .. added_failures) end
 redis.call('PEXPIRE', KEYS[2], window)
 redis.call('PEXPIRE', KEYS[3], window)
-local total = redis.call('ZCARD', KEYS[2])
-local fails = redis.call('ZCARD', KEYS[3])
-if fails >= tonumber(ARGV[9]) and total >= tonumber(ARGV[11]) then
+c.wt = total
+c.wf = fails
+if opened then
   open()
   save(c)
   publish(c)
@@ -212,9 +261,9 @@ SNAPSHOT = (
     + r"""
 local now = now_ms()
 local c = load()
-local horizon = '(' .. fmt(now - tonumber(ARGV[5]))
-local fails = redis.call('ZCOUNT', KEYS[3], horizon, '+inf')
-local total = redis.call('ZCOUNT', KEYS[2], horizon, '+inf')
+local horizon = fmt(now - tonumber(ARGV[5]))
+local fails = live(KEYS[3], c.wf, horizon, false)
+local total = live(KEYS[2], c.wt, horizon, false)
 local exists = '0'
 if c.exists then exists = '1' end
 return concat({exists, fmt(now), fmt(fails), fmt(total)}, c)
@@ -227,12 +276,12 @@ RESET = (
     + r"""
 local now = now_ms()
 local c = load()
-local horizon = '(' .. fmt(now - tonumber(ARGV[5]))
-local fails = redis.call('ZCOUNT', KEYS[3], horizon, '+inf')
-local total = redis.call('ZCOUNT', KEYS[2], horizon, '+inf')
+local horizon = fmt(now - tonumber(ARGV[5]))
+local fails = live(KEYS[3], c.wf, horizon, false)
+local total = live(KEYS[2], c.wt, horizon, false)
 local head = concat({fmt(now), fmt(fails), fmt(total)}, c)
 redis.call('DEL', KEYS[2], KEYS[3])
-local fresh = {state = 'closed', gen = c.gen + 1, consec = 0, lf_label = ''}
+local fresh = {state = 'closed', gen = c.gen + 1, consec = 0, lf_label = '', wt = 0, wf = 0}
 redis.call('DEL', KEYS[1])
 save(fresh)
 publish(fresh)

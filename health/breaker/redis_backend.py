@@ -6,8 +6,9 @@ The request path never waits on Redis for a closed circuit:
   inside the same atomic step), plus each script's reply, plus a full resync on (re)connect and every
   `resync_interval` seconds. Only a circuit whose mirror says open-and-cooled-down or half-open-with-
   a-free-slot asks Redis, because taking the probe slot must be atomic across processes.
-- `record()` puts the outcome on an in-process queue; a worker thread sends batches as one pipeline
-  of EVALSHA calls.
+- `record()` puts the outcome on an in-process queue; a worker thread takes whatever has queued and sends
+  it as one pipeline, with one `record` script call per circuit and generation (the outcomes as ordered
+  runs; a probe's outcome has a call of its own), so Redis work grows with circuits, not with requests.
 - If Redis fails or hangs (socket timeouts of 50 ms, no retries), the engine switches to a local
   MemoryEngine seeded from the mirror, logs once, and the subscriber thread keeps trying to reconnect;
   when Redis answers again it resynchronises the mirror and Redis is the truth again.
@@ -47,6 +48,7 @@ from health.breaker.lua import SCRIPTS
 from health.breaker.memory import MemoryEngine
 from health.breaker.types import (
     BreakerEvent,
+    BreakerSettings,
     CircuitSnapshot,
     Clock,
     ConfigSet,
@@ -69,7 +71,7 @@ _FIELDS = 8  # circuit fields in every script reply (see lua.reply)
 _RECORD_HEAD = 4  # a `record` reply's leading values: status, script time, window failures, window total
 _STOP = object()
 _MAX_PENDING = 100_000
-_BATCH = 256
+_BATCH = 4096  # outcomes per pipeline; they coalesce into one script call per circuit and generation
 _MAX_ABANDONED = 10_000
 _OFFSET_SAMPLES = 5  # TIME round trips per offset measurement; the one with the shortest round trip is kept
 
@@ -247,7 +249,7 @@ class RedisEngine(BreakerEngine):
     def _keys(self, provider: str, model: str) -> list[str]:
         # One hash tag per circuit: its three keys live in one cluster slot, so a script may touch them all.
         tag = f"{self._ns}:{{{circuit_tag(provider, model)}}}"
-        return [f"{tag}:s", f"{tag}:w", f"{tag}:f", f"{tag}:t"]
+        return [f"{tag}:s", f"{tag}:w2", f"{tag}:f2", f"{tag}:t"]
 
     def _now_arg(self) -> str:
         return str(_ms(self._clock.now())) if self._time_override else ""
@@ -713,33 +715,63 @@ class RedisEngine(BreakerEngine):
                 events.requeue(failed)
                 return
 
+    def _calls(self, outcomes: list[tuple[Decision, Outcome, float | None]]) -> list[tuple[Decision, list[str]]]:
+        """The `record` calls of a batch: one per probe outcome, one per circuit and generation for the rest.
+
+        A closed circuit's outcomes keep their order as runs of (verdict, label, count), so the script
+        applies them exactly as one call each would; in test mode outcomes stamped at different times
+        go in different calls. Only outcomes of the generation a call names can count, so grouping by
+        generation (and keeping probes apart) changes nothing but the number of calls.
+        """
+        groups: dict[tuple[str, str, int, float | None], tuple[Decision, list[str]]] = {}
+        calls: list[tuple[Decision, list[str]]] = []
+        config = self._config
+        for decision, outcome, at in outcomes:
+            settings = config.for_circuit(decision.provider, decision.model)
+            verdict = classify(outcome, settings).value
+            if decision.probe:
+                calls.append((decision, self._record_args(decision, settings, at, [verdict, outcome.label, "1"])))
+                continue
+            if verdict == Verdict.IGNORE:
+                continue
+            key = (decision.provider, decision.model, decision.generation, at)
+            group = groups.get(key)
+            if group is None:
+                group = (decision, self._record_args(decision, settings, at, []))
+                groups[key] = group
+                calls.append(group)
+            args = group[1]
+            # Runs start at index 12 (after the 11 leading arguments): verdict, label, count.
+            if len(args) > 11 and args[-3] == verdict and args[-2] == outcome.label:
+                args[-1] = str(int(args[-1]) + 1)
+            else:
+                args += (verdict, outcome.label, "1")
+        return calls
+
+    def _record_args(
+        self, decision: Decision, settings: BreakerSettings, at: float | None, runs: list[str]
+    ) -> list[str]:
+        return [
+            "" if at is None else str(_ms(at)),
+            self._channel,
+            decision.provider,
+            decision.model,
+            str(decision.generation),
+            "1" if decision.probe else "0",
+            str(settings.failure_threshold),
+            str(settings.window_seconds * 1000),
+            str(settings.minimum_requests),
+            str(settings.initial_cooldown_seconds * 1000),
+            str(settings.cooldown_cap_seconds * 1000),
+            *runs,
+        ]
+
     def _send(self, outcomes: list[tuple[Decision, Outcome, float | None]]) -> None:
         if self._degraded:
             for decision, outcome, at in outcomes:
                 self._local_record(decision, outcome, at if at is not None else self._clock.now())
             return
-        calls: list[tuple[Decision, list[str], list[str]]] = []
-        for decision, outcome, at in outcomes:
-            settings = self._config.for_circuit(decision.provider, decision.model)
-            verdict = classify(outcome, settings)
-            if verdict is Verdict.IGNORE and not decision.probe:
-                continue
-            args = [
-                "" if at is None else str(_ms(at)),
-                self._channel,
-                decision.provider,
-                decision.model,
-                str(decision.generation),
-                "1" if decision.probe else "0",
-                str(verdict),
-                outcome.label,
-                str(settings.failure_threshold),
-                str(settings.window_seconds * 1000),
-                str(settings.minimum_requests),
-                str(settings.initial_cooldown_seconds * 1000),
-                str(settings.cooldown_cap_seconds * 1000),
-            ]
-            calls.append((decision, self._keys(decision.provider, decision.model), args))
+        calls = self._calls(outcomes)
         if not calls:
             return
         # Events waiting since the last ship ride along in the same pipeline; whatever is not shipped
@@ -748,10 +780,11 @@ class RedisEngine(BreakerEngine):
         try:
             for attempt in (1, 2):
                 pipe = self._client.pipeline(transaction=False)
-                new = {(d.provider, d.model) for d, _, _ in calls} - self._registered
+                new = {(d.provider, d.model) for d, _ in calls} - self._registered
                 for provider, model in new:
                     pipe.sadd(self._registry, json.dumps([provider, model]))
-                for _, keys, args in calls:
+                for decision, args in calls:
+                    keys = self._keys(decision.provider, decision.model)
                     pipe.evalsha(self._shas["record"], len(keys), *keys, *args)
                 for event in events:
                     self._xadd(pipe, event)
@@ -762,7 +795,7 @@ class RedisEngine(BreakerEngine):
                     self._load_scripts()
                     continue
                 self._registered |= new
-                for (decision, _, _), result in zip(calls, results, strict=True):
+                for (decision, _), result in zip(calls, results, strict=True):
                     if isinstance(result, Exception):
                         log.error(
                             "breaker: recording an outcome for %s/%s failed: %s",

@@ -80,3 +80,59 @@ def test_engine_matches_reference_model(make_engine, steps):
             model.record(expected, arg[1], clock.now())
         assert engine.flush()
         assert view(engine.get(P, M)) == model.view(clock.now()), (kind, arg)
+
+
+# Bursts: several outcomes recorded between two flushes, so a Redis engine sends them together (as runs in
+# one script call per generation, a new call for each clock time). Small advances inside a burst split it;
+# outcomes after the one that opens the circuit must be ignored, exactly as one at a time. The minimum is
+# above the threshold, so a success can be the outcome that opens it.
+BURST_CFG = BreakerSettings(
+    failure_threshold=2, window_seconds=10, minimum_requests=5, initial_cooldown_seconds=30, cooldown_cap_seconds=120
+)
+# (gap before, outcome, how many in a row): runs of equal outcomes are what the script coalesces.
+burst = st.lists(
+    st.tuples(st.sampled_from([0, 0, 0, 1, 4]), outcome, st.integers(min_value=1, max_value=6)),
+    min_size=1,
+    max_size=6,
+)
+burst_step = st.one_of(
+    st.tuples(st.just("burst"), burst),
+    st.tuples(st.just("burst"), burst),
+    st.tuples(st.just("advance"), st.sampled_from([30, 10, 50, 0, 1, 5, 20])),
+    st.tuples(st.just("probe"), outcome),
+)
+
+
+@settings(
+    max_examples=60,
+    derandomize=True,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(steps=st.lists(burst_step, min_size=10, max_size=40))
+def test_outcomes_sent_together_match_the_reference_one_at_a_time(make_engine, steps):
+    clock = ManualClock(1_700_000_000.0)
+    engine = make_engine(config=ConfigSet(default=BURST_CFG), clock=clock, probe_timeout_seconds=PROBE_TIMEOUT)
+    model = Reference(cfg=BURST_CFG, probe_timeout=PROBE_TIMEOUT)
+
+    for kind, arg in steps:
+        if kind == "advance":
+            clock.advance(arg)
+        elif kind == "probe":
+            decision = engine.allow(P, M)
+            expected = model.allow(clock.now())
+            assert (decision.allowed, decision.probe) == expected[:2]
+            engine.record(decision, arg)
+            model.record(expected, arg, clock.now())
+        else:
+            # Every outcome of the burst holds the ticket taken at its start, as concurrent requests do.
+            decision = engine.allow(P, M)
+            expected = model.allow(clock.now())
+            assert (decision.allowed, decision.probe) == expected[:2]
+            for gap, result, times in arg:
+                clock.advance(gap)
+                for _ in range(times):
+                    engine.record(decision, result)
+                    model.record(expected, result, clock.now())
+        assert engine.flush()
+        assert view(engine.get(P, M)) == model.view(clock.now()), (kind, arg)

@@ -196,11 +196,11 @@ def test_keys_keep_the_plain_tag_and_encode_slash_and_percent_in_the_provider(re
         [
             f"{namespace}:circuits",
             f"{namespace}:{{openai/gpt-4o}}:s",
-            f"{namespace}:{{openai/gpt-4o}}:w",
-            f"{namespace}:{{openai/gpt-4o}}:f",
+            f"{namespace}:{{openai/gpt-4o}}:w2",
+            f"{namespace}:{{openai/gpt-4o}}:f2",
             f"{namespace}:{{a%2Fb%25/c/d}}:s",
-            f"{namespace}:{{a%2Fb%25/c/d}}:w",
-            f"{namespace}:{{a%2Fb%25/c/d}}:f",
+            f"{namespace}:{{a%2Fb%25/c/d}}:w2",
+            f"{namespace}:{{a%2Fb%25/c/d}}:f2",
         ]
     )
 
@@ -259,3 +259,62 @@ def test_config_subscriber_logs_an_unreadable_database_once_without_a_traceback(
         )
     ]
     assert engine.config == config(failure_threshold=3)
+
+
+# ---------- outcomes coalesce: Redis work per circuit, not per request ----------
+
+OK = Outcome.of_status(200)
+
+
+def test_a_batch_of_a_thousand_outcomes_is_one_member_per_window_set(redis_url, namespace, engines):
+    engine = redis_engine(engines, redis_url, namespace, ManualClock(T0), config=config(minimum_requests=2_000))
+    decision = engine.allow(P, M)
+    batch = [(decision, FAIL if i % 100 == 0 else OK, T0) for i in range(1_000)]
+
+    engine._send(batch)
+    direct = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = engine._keys(P, M)
+    members = (direct.zrange(keys[1], 0, -1), direct.zrange(keys[2], 0, -1))
+    circuit = engine.get(P, M)
+    direct.close()
+
+    # One call counted them all: "seq:count" in each set, the sums in the circuit's hash.
+    assert members == (["1:1000"], ["1:10"])
+    assert (circuit.state, circuit.failure_count, circuit.total_requests) == (State.CLOSED, 10, 1_000)
+
+
+def test_a_batch_opens_the_circuit_at_the_outcome_that_crosses_the_threshold(redis_url, namespace, engines):
+    engine = redis_engine(
+        engines, redis_url, namespace, ManualClock(T0), config=config(failure_threshold=4, minimum_requests=5)
+    )
+    decision = engine.allow(P, M)
+    # Sent alone, the fifth outcome (a success: five calls, four failures) opens it; the rest are ignored.
+    engine._send([(decision, FAIL, T0)] * 4 + [(decision, OK, T0)] * 3 + [(decision, FAIL, T0)] * 50)
+
+    circuit = engine.get(P, M)
+    assert (circuit.state, circuit.failure_count, circuit.total_requests) == (State.OPEN, 4, 5)
+    assert [e.kind.value for e in engine.events.drain()] == ["opened"]
+
+
+def test_window_sums_are_rebuilt_from_the_sets_when_missing(redis_url, namespace, engines):
+    clock = ManualClock(T0)
+    engine = redis_engine(engines, redis_url, namespace, clock, config=config(minimum_requests=100))
+    decision = engine.allow(P, M)
+    engine._send([(decision, FAIL, T0)] * 3 + [(decision, OK, T0)] * 4)
+    direct = redis.Redis.from_url(redis_url, decode_responses=True)
+    keys = engine._keys(P, M)
+    # An older member without a count stands for one outcome; lost sums are summed from the sets again.
+    direct.zadd(keys[1], {"legacy": T0 * 1000})
+    direct.hdel(keys[0], "wt", "wf")
+
+    before = engine.get(P, M)
+    engine._send([(decision, FAIL, T0 + 1)])
+    after = engine.get(P, M)
+    clock.advance(61)  # past the 60 s window: everything is stale
+    engine._send([(decision, OK, T0 + 61)])
+    later = engine.get(P, M)
+    direct.close()
+
+    assert (before.failure_count, before.total_requests) == (3, 8)
+    assert (after.failure_count, after.total_requests) == (4, 9)
+    assert (later.failure_count, later.total_requests) == (0, 1)
