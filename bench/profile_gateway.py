@@ -2,8 +2,11 @@
 
 Starts the same stack as bench/gateway.py (the simulator and one `run_gateway` worker with the Redis-backed
 breaker and request-log stream), drives it with wrk at one concurrency, samples the worker with py-spy
-(`--native` off: Python frames only) and attributes each sample to the innermost frame that belongs to a
-stage. Prints the table that docs/performance.md keeps, with the worker's CPU per request from /proc.
+(`--native` off: Python frames only; `--gil`: only the thread holding the GIL, so a thread blocked on a lock
+or a socket is not counted as working) and attributes each sample to the innermost frame that belongs to a
+stage. The worker's user CPU per request (from /proc) is shared out by those samples; its system CPU (the
+kernel's side of every socket call, loopback TCP included) is a row of its own. Prints the table that
+docs/performance.md keeps.
 
     .venv/bin/python bench/profile_gateway.py --duration 20 --connections 16
 """
@@ -53,12 +56,20 @@ def stage_of(stack: str) -> str:
     return where + "other (interpreter, libraries outside a stage)"
 
 
+def cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds used so far by a process, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / ticks, int(fields[12]) / ticks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--duration", type=int, default=20)
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--redis-url", default=os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
+    parser.add_argument("--raw", type=Path, help="also keep py-spy's raw collapsed stacks in this file")
     args = parser.parse_args()
     for tool in ("wrk", "py-spy"):
         if not shutil.which(tool) and not (Path(sys.executable).parent / tool).exists():
@@ -99,13 +110,15 @@ def main() -> None:
                 "--output",
                 str(out),
                 "--nonblocking",
+                "--gil",
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        cpu_before, _ = proc_stats(pid)
+        user_before, system_before = cpu_split(pid)
         result = wrk(url, key, args.connections, args.duration)
-        cpu_after, rss = proc_stats(pid)
+        user_after, system_after = cpu_split(pid)
+        _, rss = proc_stats(pid)
         sampler.wait(timeout=args.duration + 30)
     finally:
         for proc in reversed(procs):
@@ -113,6 +126,8 @@ def main() -> None:
         for proc in procs:
             proc.wait(timeout=10)
 
+    if args.raw:
+        shutil.copyfile(out, args.raw)
     samples: collections.Counter[str] = collections.Counter()
     total = 0
     for line in out.read_text().splitlines():
@@ -121,17 +136,21 @@ def main() -> None:
             continue
         samples[stage_of(stack)] += int(count)
         total += int(count)
-    per_request_us = (cpu_after - cpu_before) / max(result["requests"], 1) * 1e6
+    requests = max(result["requests"], 1)
+    user_us = (user_after - user_before) / requests * 1e6
+    system_us = (system_after - system_before) / requests * 1e6
     print(
         f"c={args.connections}, {args.duration} s: {result['rps']:,.0f} req/s, p50 {result['p50']:.2f} ms, "
-        f"worker CPU {per_request_us:.0f} µs/request, RSS {rss:.0f} MiB, {total} busy samples"
+        f"worker CPU {user_us + system_us:.0f} µs/request (user {user_us:.0f}, system {system_us:.0f}), "
+        f"RSS {rss:.0f} MiB, {total} samples holding the GIL"
     )
     print()
-    print("| stage | share of busy samples | ≈ µs / request |")
+    print("| stage | share of samples holding the GIL | ≈ µs / request |")
     print("|---|---:|---:|")
     for name, hits in samples.most_common():
         share = hits / max(total, 1)
-        print(f"| {name} | {share:.1%} | {share * per_request_us:.0f} |")
+        print(f"| {name} | {share:.1%} | {share * user_us:.0f} |")
+    print(f"| kernel (system CPU: socket calls, loopback TCP) | – | {system_us:.0f} |")
 
 
 if __name__ == "__main__":
