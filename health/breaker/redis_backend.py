@@ -6,9 +6,10 @@ The request path never waits on Redis for a closed circuit:
   inside the same atomic step), plus each script's reply, plus a full resync on (re)connect and every
   `resync_interval` seconds. Only a circuit whose mirror says open-and-cooled-down or half-open-with-
   a-free-slot asks Redis, because taking the probe slot must be atomic across processes.
-- `record()` puts the outcome on an in-process queue; a worker thread takes whatever has queued and sends
-  it as one pipeline, with one `record` script call per circuit and generation (the outcomes as ordered
-  runs; a probe's outcome has a call of its own), so Redis work grows with circuits, not with requests.
+- `record()` puts the outcome on an in-process queue; a worker thread, woken by the first outcome, gathers
+  for `gather_interval` (5 ms), then sends whatever has queued as one pipeline, with one `record` script
+  call per circuit and generation (the outcomes as ordered runs; a probe's outcome has a call of its
+  own), so Redis work grows with circuits, not with requests, and the thread wakes once per interval.
 - If Redis fails or hangs (socket timeouts of 50 ms, no retries), the engine switches to a local
   MemoryEngine seeded from the mirror, logs once, and the subscriber thread keeps trying to reconnect;
   when Redis answers again it resynchronises the mirror and Redis is the truth again.
@@ -168,10 +169,16 @@ class RedisEngine(BreakerEngine):
         config_loader: Callable[[int], ConfigSet | None] | None = None,
         events: EventBuffer | None = None,
         ship_interval: float = 0.5,
+        gather_interval: float = 0.005,
     ) -> None:
         self.events = events if events is not None else EventBuffer()
         self._history = history_stream(namespace)
         self._ship_interval = ship_interval
+        # After the first outcome of a batch, the worker waits this long for more before sending, so a
+        # busy process wakes it (and takes the GIL for it) once per interval, not once per request.
+        # flush() and close() cut the wait short.
+        self._gather_interval = gather_interval
+        self._hurry = threading.Event()
         self._ship_error_logged = False
         self._time_override = clock is not None
         self._clock: Clock = clock or SystemClock()
@@ -643,6 +650,7 @@ class RedisEngine(BreakerEngine):
         """
         marker = _Flush()
         self._queue.put(marker)
+        self._hurry.set()
         return marker.done.wait(timeout)
 
     def _work(self) -> None:
@@ -653,6 +661,9 @@ class RedisEngine(BreakerEngine):
                 # No outcomes for a while: events (a probe grant, a local transition) must not wait for them.
                 self._ship_pending()
                 continue
+            if isinstance(item, tuple) and self._gather_interval > 0:
+                self._hurry.wait(self._gather_interval)
+            self._hurry.clear()
             batch: list[Any] = [item]
             while len(batch) < _BATCH:
                 try:
@@ -985,6 +996,7 @@ class RedisEngine(BreakerEngine):
     def close(self) -> None:
         self._stop.set()
         self._queue.put(_STOP)
+        self._hurry.set()
         try:
             self._client.publish(self._channel, "")  # wake the subscriber out of its wait
         except RedisError:

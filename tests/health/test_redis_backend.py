@@ -318,3 +318,20 @@ def test_window_sums_are_rebuilt_from_the_sets_when_missing(redis_url, namespace
     assert (before.failure_count, before.total_requests) == (3, 8)
     assert (after.failure_count, after.total_requests) == (4, 9)
     assert (later.failure_count, later.total_requests) == (0, 1)
+
+
+def test_flush_and_close_do_not_wait_out_the_gather_interval(redis_url, namespace, engines):
+    # The worker gathers outcomes for gather_interval after the first; a flush must cut that short (with an
+    # hour to gather, a flush that waited would time out).
+    engine = redis_engine(engines, redis_url, namespace, ManualClock(T0), gather_interval=3600)
+    for _ in range(3):
+        engine.record(engine.allow(P, M), FAIL)
+
+    flushed = engine.flush(timeout=10)
+    circuit = engine.get(P, M)
+    engine.record(engine.allow(P, M), FAIL)
+    engine.close()
+
+    assert flushed is True
+    assert (circuit.failure_count, circuit.total_requests) == (3, 3)
+    assert not engine._worker.is_alive()
