@@ -12,7 +12,9 @@ import uvicorn
 
 
 @contextlib.contextmanager
-def serve(app: Any, *, host: str = "127.0.0.1", lifespan: bool = False) -> Iterator[str]:
+def serve(
+    app: Any, *, host: str = "127.0.0.1", lifespan: bool = False, http: Any = "h11", loop: str = "asyncio"
+) -> Iterator[str]:
     """Serve `app` with uvicorn on a free port; yields the base URL; stops it on exit."""
     config = uvicorn.Config(
         app,
@@ -21,8 +23,8 @@ def serve(app: Any, *, host: str = "127.0.0.1", lifespan: bool = False) -> Itera
         log_level="warning",
         access_log=False,
         lifespan="on" if lifespan else "off",
-        loop="asyncio",
-        http="h11",
+        loop=loop,
+        http=http,
     )
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, daemon=True)

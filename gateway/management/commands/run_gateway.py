@@ -52,7 +52,10 @@ class Command(BaseCommand):
             "--workers",
             str(workers),
             "--http",
-            "httptools",
+            "gateway.server:CorkedHttpToolsProtocol",  # httptools, one write per response (gateway/server.py)
+            "--ws",
+            "none",
+            "--no-server-header",
             "--loop",
             "uvloop",
             "--lifespan",
