@@ -114,8 +114,11 @@ print(api_key_create(actor=None, name="bench", user=user).secret)
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
-def start_stack(env: dict[str, str], *, sim_port: int, gw_port: int, procs: list[subprocess.Popen]) -> int:
-    """Start the simulator and one `run_gateway` worker, wait until both answer; returns the worker's pid.
+def start_stack(
+    env: dict[str, str], *, sim_port: int, gw_port: int, procs: list[subprocess.Popen], workers: int = 1
+) -> int:
+    """Start the simulator and `run_gateway` (one worker unless told), wait until both answer; returns the
+    pid whose proc_stats are the gateway's (the worker, or with several the supervisor of them all).
 
     Started processes are appended to `procs` as they start, so the caller's cleanup stops them even
     when a later step fails.
@@ -129,14 +132,14 @@ def start_stack(env: dict[str, str], *, sim_port: int, gw_port: int, procs: list
     procs.append(sim)
     wait_ready(f"http://127.0.0.1:{sim_port}/_sim/state", sim)
     gw = subprocess.Popen(
-        [sys.executable, "manage.py", "run_gateway", "--port", str(gw_port)],
+        [sys.executable, "manage.py", "run_gateway", "--port", str(gw_port), "--workers", str(workers)],
         cwd=ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
     )
     procs.append(gw)
     wait_ready(f"http://127.0.0.1:{gw_port}/readyz", gw)
-    return _worker_pid(gw.pid)
+    return _worker_pid(gw.pid, workers)
 
 
 def _ms(text: str) -> float:
@@ -366,11 +369,22 @@ def zero_first_token(sim_url: str, providers: tuple[str, ...] = ("openai", "back
 
 
 def proc_stats(pid: int) -> tuple[float, float]:
-    """(CPU seconds used so far, resident MiB) of a process, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """(CPU seconds used so far, resident MiB) of a process and its children, from /proc.
+
+    For a uvicorn supervisor with several workers: the CPU of all of them, and the largest worker's RSS.
+    """
     ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    rss = (
+    kids = _children(pid)
+    cpu = 0.0
+    for one in [pid, *kids]:
+        fields = Path(f"/proc/{one}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu += (int(fields[11]) + int(fields[12])) / ticks
+    rss = max(_rss(one) for one in kids or [pid])
+    return cpu, rss
+
+
+def _rss(pid: int) -> float:
+    return (
         next(
             int(line.split()[1])
             for line in Path(f"/proc/{pid}/status").read_text().splitlines()
@@ -378,7 +392,11 @@ def proc_stats(pid: int) -> tuple[float, float]:
         )
         / 1024
     )
-    return cpu, rss
+
+
+def _children(pid: int) -> list[int]:
+    children = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(kid) for kid in children.read_text().split()] if children.exists() else []
 
 
 def main() -> None:
@@ -387,6 +405,7 @@ def main() -> None:
     parser.add_argument("--connections", default="1,16,64")
     parser.add_argument("--redis-url", default=os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
     parser.add_argument("--memory", action="store_true", help="memory breaker and SQLite log writes (no Redis)")
+    parser.add_argument("--workers", type=int, default=1, help="gateway worker processes (several need Redis)")
     args = parser.parse_args()
     if not shutil.which("wrk"):
         raise SystemExit("wrk is needed: apt-get install -y wrk")
@@ -409,7 +428,7 @@ def main() -> None:
     key = prepare(env, sim_url)
     procs: list[subprocess.Popen] = []
     try:
-        gw_pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs)
+        gw_pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs, workers=args.workers)
 
         rows = []
         direct_url = f"{sim_url}/openai/v1/chat/completions"
@@ -465,7 +484,14 @@ def main() -> None:
         client.delete("cp:requestlogs")
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\nGateway benchmark — {os.cpu_count()} cores, wrk {args.duration}s per run, one gateway worker\n")
+    mode = (
+        "embedded (memory breaker, SQLite log writes)" if args.memory else "production (Redis breaker and log stream)"
+    )
+    workers = "one gateway worker" if args.workers == 1 else f"{args.workers} gateway workers"
+    cpu_us = (cpu_after - cpu_before) / max(gateway_requests, 1) * 1e6
+    print(f"\nGateway benchmark — {os.cpu_count()} cores, wrk {args.duration}s per run, {workers}, {mode}\n")
+    print_summary(rows, fallback_rows, cpu_us=cpu_us, rss=max(rss, rss_end), ttfb_added=ttfb_gateway - ttfb_direct)
+    print("\nAll rows:\n")
     print(
         "| concurrency | direct req/s | gateway req/s | direct p50 ms | gateway p50 ms | added p50 ms "
         "| direct p99 ms | gateway p99 ms | gateway non-2xx |"
@@ -496,12 +522,35 @@ def main() -> None:
         f"gateway {ttfb_gateway:.2f} ms, added {ttfb_gateway - ttfb_direct:.2f} ms"
     )
     print(f"Gateway resident memory: {rss:.0f} MiB after the healthy runs, {rss_end:.0f} MiB at the end")
-    print(
-        f"Gateway CPU time per request: {(cpu_after - cpu_before) / max(gateway_requests, 1) * 1e6:.0f} µs "
-        f"({gateway_requests:,} requests)"
-    )
+    print(f"Gateway CPU time per request: {cpu_us:.0f} µs ({gateway_requests:,} requests)")
     print(f"/metrics: answered in {scrape_ms:.1f} ms, counting {counted:,.0f} chat requests")
     print_cross_protocol(protocol_ttfb, protocol_rates, per_slice=per_slice, slices=slices)
+
+
+def print_summary(
+    rows: list[tuple[int, WrkResult, WrkResult]],
+    fallback_rows: list[tuple[int, Failover, Failover]],
+    *,
+    cpu_us: float,
+    rss: float,
+    ttfb_added: float,
+) -> None:
+    """The headline table: the simulator called directly (the limit) and through the gateway."""
+    by_c = {c: (d, g) for c, d, g in rows}
+    cs = sorted(by_c)
+    failover = {c: default["rps"] / by_c[c][1]["rps"] for c, default, _ in fallback_rows}
+    head = " | ".join(f"req/s c={c}" for c in cs)
+    print(
+        f"| target | {head} | added p50 c={cs[0]} ms | CPU ms / request | RSS MiB "
+        f"| failover req/s vs own healthy ({'/'.join(f'c={c}' for c in cs)}) | added streaming TTFB ms |"
+    )
+    print("|---|" + "---:|" * (len(cs) + 5))
+    direct = " | ".join(f"{by_c[c][0]['rps']:,.0f}" for c in cs)
+    print(f"| simulator, direct | {direct} | – | – | – | – | – |")
+    through = " | ".join(f"{by_c[c][1]['rps']:,.0f}" for c in cs)
+    added = by_c[cs[0]][1]["p50"] - by_c[cs[0]][0]["p50"]
+    ratios = " / ".join(f"{failover[c]:.2f}×" for c in cs)
+    print(f"| this gateway | {through} | {added:.2f} | {cpu_us / 1000:.2f} | {rss:.0f} | {ratios} | {ttfb_added:.2f} |")
 
 
 def print_cross_protocol(streams: dict[str, Ttfb], rates: dict[str, Sliced], *, per_slice: int, slices: int) -> None:
@@ -641,11 +690,13 @@ def scrape_metrics(url: str) -> tuple[float, float]:
     return elapsed, counted
 
 
-def _worker_pid(parent: int) -> int:
-    """run_gateway with one worker serves in its own process (no child); with several, pick the first child."""
-    children = Path(f"/proc/{parent}/task/{parent}/children")
-    kids = children.read_text().split() if children.exists() else []
-    return int(kids[0]) if kids else parent
+def _worker_pid(parent: int, workers: int) -> int:
+    """run_gateway with one worker serves in its own process (no child): that one. With several, the
+    supervisor, whose children are the workers (proc_stats counts them all)."""
+    if workers > 1:
+        return parent
+    kids = _children(parent)
+    return kids[0] if kids else parent
 
 
 if __name__ == "__main__":
