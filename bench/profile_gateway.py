@@ -39,7 +39,7 @@ STAGES: list[tuple[str, tuple[str, ...]]] = [
     ("auth, body, routing", ("_authenticate", "_read_body", "_receive_body", "bodies.py", "snapshot.py", "_parse (")),
     ("attempt loop (own code)", ("gateway/attempts.py",)),
     ("gateway dispatch (own code)", ("gateway/app.py", "gateway/exchange.py")),
-    ("HTTP server and ASGI (uvicorn)", ("uvicorn/",)),
+    ("HTTP server and ASGI (uvicorn)", ("uvicorn/", "gateway/server.py")),
     ("event loop", ("asyncio/", "uvloop")),
 ]
 
