@@ -74,6 +74,36 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
     raise SystemExit(f"{url} not ready after {timeout}s")
 
 
+def stack_env(work: Path, redis_url: str, namespace: str) -> dict[str, str]:
+    """The environment of a bench stack: its own SQLite file and var dir under `work`, Redis keys under
+    `namespace` (the breaker and the request-log stream), warnings only."""
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
+        "REDIS_URL": redis_url,
+        "SECRET_KEY": "bench-" + uuid.uuid4().hex,
+        "BREAKER_REDIS_NAMESPACE": namespace,
+        "REQUEST_LOG_STREAM": f"{namespace}:requestlogs",
+        "CONTROLPLANE_VAR_DIR": str(work),
+        "LOG_LEVEL": "WARNING",
+    }
+
+
+def stop_stack(procs: list[subprocess.Popen], redis_url: str, namespace: str, work: Path) -> None:
+    """Stop the stack's processes (last started first), delete its Redis keys and its files."""
+    for proc in reversed(procs):
+        proc.terminate()
+    for proc in procs:
+        proc.wait(timeout=30)
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    for k in client.scan_iter(f"{namespace}*"):
+        client.delete(k)
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def prepare(env: dict[str, str], sim_url: str) -> str:
     """Migrate the bench database and create providers, models, a chain and a key; return the key."""
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)

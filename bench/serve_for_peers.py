@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gateway import ROOT, _worker_pid, wait_ready
+from bench.gateway import ROOT, _worker_pid, stack_env, stop_stack, wait_ready
 
 CATALOG = """
 from django.contrib.auth import get_user_model
@@ -55,17 +54,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="cp-peers-"))
     namespace = f"peers:{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
-        "REDIS_URL": args.redis_url,
-        "SECRET_KEY": "peers-" + uuid.uuid4().hex,
-        "BREAKER_REDIS_NAMESPACE": namespace,
-        "REQUEST_LOG_STREAM": f"{namespace}:requestlogs",
-        "CONTROLPLANE_VAR_DIR": str(work),
-        "LOG_LEVEL": "WARNING",
-    }
+    env = stack_env(work, args.redis_url, namespace)
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v0"], cwd=ROOT, env=env, check=True)
     out = subprocess.run(
         [sys.executable, "manage.py", "shell", "-c", CATALOG.format(upstream=args.upstream.rstrip("/"))],
@@ -90,14 +79,7 @@ def main() -> None:
     except KeyboardInterrupt:
         pass
     finally:
-        gateway.terminate()
-        gateway.wait(timeout=30)
-        import redis
-
-        client = redis.Redis.from_url(args.redis_url)
-        for k in client.scan_iter(f"{namespace}*"):
-            client.delete(k)
-        shutil.rmtree(work, ignore_errors=True)
+        stop_stack([gateway], args.redis_url, namespace, work)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gateway import free_port, prepare, proc_stats, start_stack, wrk
+from bench.gateway import free_port, prepare, proc_stats, stack_env, start_stack, stop_stack, wrk
 
 
 def main() -> None:
@@ -39,18 +39,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="cp-soak-"))
     sim_port, gw_port = free_port(), free_port()
     namespace = f"soak:{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
-        "REDIS_URL": args.redis_url,
-        "SECRET_KEY": "soak-" + uuid.uuid4().hex,
-        "BREAKER_REDIS_NAMESPACE": namespace,
-        "REQUEST_LOG_STREAM": f"{namespace}:requestlogs",
-        "REQUEST_LOG_STREAM_MAXLEN": "200000",
-        "CONTROLPLANE_VAR_DIR": str(work),
-        "LOG_LEVEL": "WARNING",
-    }
+    env = {**stack_env(work, args.redis_url, namespace), "REQUEST_LOG_STREAM_MAXLEN": "200000"}
     key = prepare(env, f"http://127.0.0.1:{sim_port}")
     procs: list[subprocess.Popen[bytes]] = []
     rows: list[tuple[float, float, float, float]] = []
@@ -67,16 +56,7 @@ def main() -> None:
             rows.append(((i + 1) * args.slice, result["rps"], cpu_us, rss))
             print(f"{(i + 1) * args.slice:>5} s  {result['rps']:>7,.0f} req/s  {cpu_us:>4.0f} µs/req  {rss:.1f} MiB")
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=30)
-        import redis
-
-        client = redis.Redis.from_url(args.redis_url)
-        for k in client.scan_iter(f"{namespace}*"):
-            client.delete(k)
-        shutil.rmtree(work, ignore_errors=True)
+        stop_stack(procs, args.redis_url, namespace, work)
 
     first, last, peak = rows[0][3], rows[-1][3], max(r[3] for r in rows)
     total = sum(r[1] * args.slice for r in rows)
