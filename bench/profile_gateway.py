@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gateway import free_port, prepare, proc_stats, start_stack, wrk
+from bench.gateway import BODY, FALLBACK_BODY, free_port, open_circuit, prepare, proc_stats, start_stack, wrk
 
 # (stage, substrings of "function (file)" in py-spy's collapsed frames), most specific first: a sample goes
 # to the first stage whose pattern matches its innermost matching frame.
@@ -70,6 +70,9 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--redis-url", default=os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0"))
     parser.add_argument("--raw", type=Path, help="also keep py-spy's raw collapsed stacks in this file")
+    parser.add_argument(
+        "--failover", action="store_true", help="profile the failover path (primary's circuit open, chain serves)"
+    )
     args = parser.parse_args()
     for tool in ("wrk", "py-spy"):
         if not shutil.which(tool) and not (Path(sys.executable).parent / tool).exists():
@@ -93,7 +96,11 @@ def main() -> None:
     try:
         pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs)
         url = f"http://127.0.0.1:{gw_port}/v1/chat/completions"
-        wrk(url, key, args.connections, 3)  # warm up
+        body = BODY
+        if args.failover:
+            body = FALLBACK_BODY
+            open_circuit(url, {"authorization": f"Bearer {key}", "content-type": "application/json"}, body)
+        wrk(url, key, args.connections, 3, body)  # warm up
         out = work / "profile.txt"
         sampler = subprocess.Popen(
             [
@@ -116,7 +123,7 @@ def main() -> None:
             stderr=subprocess.DEVNULL,
         )
         user_before, system_before = cpu_split(pid)
-        result = wrk(url, key, args.connections, args.duration)
+        result = wrk(url, key, args.connections, args.duration, body)
         user_after, system_after = cpu_split(pid)
         _, rss = proc_stats(pid)
         sampler.wait(timeout=args.duration + 30)
