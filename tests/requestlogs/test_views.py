@@ -18,7 +18,7 @@ from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
 from health.selectors import circuit_anchor
 from requestlogs import views as log_views
 from requestlogs.selectors import mark_decode
-from requestlogs.templatetags.requestlog_tags import utc_full
+from requestlogs.templatetags.requestlog_tags import utc_time
 from tests.conftest import PASSWORD, _make_user
 from tests.factories.requestlogs import fallback, insert_logs, log_record
 
@@ -603,8 +603,26 @@ def test_rows_link_to_their_drawer(rows, admin_client):
     link = re.search(rf'<a id="log-link-{rid}"([^>]*)>', html).group(1)
     assert re.sub(r"\s+", " ", link).strip() == (
         f'href="/logs/{rid}/" class="log-link" hx-get="/logs/{rid}/" hx-target="#log-drawer-body" hx-swap="innerHTML" '
-        f'hx-push-url="true" data-drawer-open aria-label="Request at {utc_full(rows[0].created_at)}: details"'
+        f'hx-push-url="true" data-drawer-open aria-label="Request at {utc_time(rows[0].created_at)} UTC: details"'
     )
+
+
+def test_a_row_from_an_earlier_day_has_its_visible_time_in_the_link_name(rows, admin_client):
+    # The visible text of an older row carries its date ("Nov 30 23:59:58"); the accessible name must contain
+    # it (WCAG 2.5.3, axe's label-content-name-mismatch), which the full timestamp alone did not.
+    old = rows[0]
+    old.created_at = old.created_at - timedelta(days=2)
+    old.save(update_fields=["created_at"])
+
+    html = admin_client.get(LIST_URL + "?range=7d").content.decode()
+
+    link = re.search(
+        rf'<a id="log-link-{old.request_id}"[^>]*aria-label="([^"]*)"[^>]*><time[^>]*>([^<]*)</time>', html
+    )
+    assert link is not None
+    name, visible = link.groups()
+    assert " " in visible and visible.split()[0].isalpha()  # "Mon DD HH:MM:SS": the date is shown
+    assert visible in name
 
 
 def test_list_shows_key_models_status_timing_tokens_cost_and_fallback_badge(fell_back, admin_client):
