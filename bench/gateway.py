@@ -90,8 +90,9 @@ def stack_env(work: Path, redis_url: str, namespace: str) -> dict[str, str]:
     }
 
 
-def stop_stack(procs: list[subprocess.Popen], redis_url: str, namespace: str, work: Path) -> None:
-    """Stop the stack's processes (last started first), delete its Redis keys and its files."""
+def stop_stack(procs: list[subprocess.Popen], redis_url: str, namespace: str, work: Path | None) -> None:
+    """Stop the stack's processes (last started first), delete its Redis keys and its files (`work`, unless
+    None: the caller still reads them)."""
     for proc in reversed(procs):
         proc.terminate()
     for proc in procs:
@@ -101,7 +102,8 @@ def stop_stack(procs: list[subprocess.Popen], redis_url: str, namespace: str, wo
     client = redis.Redis.from_url(redis_url)
     for k in client.scan_iter(f"{namespace}*"):
         client.delete(k)
-    shutil.rmtree(work, ignore_errors=True)
+    if work is not None:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def prepare(env: dict[str, str], sim_url: str) -> str:
@@ -445,16 +447,7 @@ def main() -> None:
     sim_port, gw_port = free_port(), free_port()
     sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
     namespace = f"bench:{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
-        "REDIS_URL": "" if args.memory else args.redis_url,
-        "SECRET_KEY": "bench-" + uuid.uuid4().hex,
-        "BREAKER_REDIS_NAMESPACE": namespace,
-        "CONTROLPLANE_VAR_DIR": str(work),
-        "LOG_LEVEL": "WARNING",
-    }
+    env = stack_env(work, "" if args.memory else args.redis_url, namespace)
     key = prepare(env, sim_url)
     procs: list[subprocess.Popen] = []
     try:
@@ -502,17 +495,7 @@ def main() -> None:
         _, rss_end = proc_stats(gw_pid)
         scrape_ms, counted = scrape_metrics(gw_url)
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=30)
-        import redis
-
-        client = redis.Redis.from_url(args.redis_url)
-        for k in client.scan_iter(f"{namespace}*"):
-            client.delete(k)
-        client.delete("cp:requestlogs")
-        shutil.rmtree(work, ignore_errors=True)
+        stop_stack(procs, args.redis_url, namespace, work)
 
     mode = (
         "embedded (memory breaker, SQLite log writes)" if args.memory else "production (Redis breaker and log stream)"

@@ -44,7 +44,7 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.gateway import free_port, prepare, start_stack  # noqa: E402
+from bench.gateway import free_port, prepare, stack_env, start_stack  # noqa: E402
 
 MIB = 1024 * 1024
 BODY_LIMIT = 10 * MIB
@@ -265,18 +265,7 @@ def main() -> None:
     sim_port, gw_port = free_port(), free_port()
     sim_url, gw_url = f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{gw_port}"
     namespace = f"bench:{uuid.uuid4().hex[:8]}"
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
-        "REDIS_URL": args.redis_url,
-        "SECRET_KEY": "bench-" + uuid.uuid4().hex,
-        "BREAKER_REDIS_NAMESPACE": namespace,
-        "REQUEST_LOG_STREAM": f"{namespace}:requestlogs",
-        "CONTROLPLANE_VAR_DIR": str(work),
-        "LOG_LEVEL": "WARNING",
-        "GATEWAY_BODY_READ_TIMEOUT_SECONDS": "5",
-    }
+    env = {**stack_env(work, args.redis_url, namespace), "GATEWAY_BODY_READ_TIMEOUT_SECONDS": "5"}
     key = prepare(env, sim_url)
     procs: list[subprocess.Popen] = []
     # round, concurrent, body bytes, statuses, slowest, wall, peak RSS, RSS after, VmHWM, /healthz log, upstream

@@ -25,7 +25,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.gateway import BODY, FALLBACK_BODY, free_port, open_circuit, prepare, proc_stats, start_stack, wrk
+from bench.gateway import (
+    BODY,
+    FALLBACK_BODY,
+    free_port,
+    open_circuit,
+    prepare,
+    proc_stats,
+    stack_env,
+    start_stack,
+    stop_stack,
+    wrk,
+)
 
 # (stage, substrings of "function (file)" in py-spy's collapsed frames), most specific first: a sample goes
 # to the first stage whose pattern matches its innermost matching frame.
@@ -81,16 +92,8 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="cp-profile-"))
     sim_port, gw_port = free_port(), free_port()
-    env = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
-        "DATABASE_URL": f"sqlite:///{work / 'bench.sqlite3'}",
-        "REDIS_URL": args.redis_url,
-        "SECRET_KEY": "profile-" + uuid.uuid4().hex,
-        "BREAKER_REDIS_NAMESPACE": f"profile:{uuid.uuid4().hex[:8]}",
-        "CONTROLPLANE_VAR_DIR": str(work),
-        "LOG_LEVEL": "WARNING",
-    }
+    namespace = f"profile:{uuid.uuid4().hex[:8]}"
+    env = stack_env(work, args.redis_url, namespace)
     key = prepare(env, f"http://127.0.0.1:{sim_port}")
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -128,16 +131,15 @@ def main() -> None:
         _, rss = proc_stats(pid)
         sampler.wait(timeout=args.duration + 30)
     finally:
-        for proc in reversed(procs):
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=10)
+        stop_stack(procs, args.redis_url, namespace, None)  # the profile is read below
 
     if args.raw:
         shutil.copyfile(out, args.raw)
     samples: collections.Counter[str] = collections.Counter()
     total = 0
-    for line in out.read_text().splitlines():
+    lines = out.read_text().splitlines()
+    shutil.rmtree(work, ignore_errors=True)
+    for line in lines:
         stack, _, count = line.rpartition(" ")
         if not count.isdigit() or "process_idle" in stack or stack.endswith("select (selectors.py)"):
             continue

@@ -734,33 +734,30 @@ class RedisEngine(BreakerEngine):
         go in different calls. Only outcomes of the generation a call names can count, so grouping by
         generation (and keeping probes apart) changes nothing but the number of calls.
         """
-        groups: dict[tuple[str, str, int, float | None], tuple[Decision, list[str]]] = {}
-        calls: list[tuple[Decision, list[str]]] = []
+        groups: dict[tuple[str, str, int, float | None], list[list[Any]]] = {}
+        calls: list[tuple[Decision, BreakerSettings, float | None, list[list[Any]]]] = []
         config = self._config
         for decision, outcome, at in outcomes:
             settings = config.for_circuit(decision.provider, decision.model)
             verdict = classify(outcome, settings).value
             if decision.probe:
-                calls.append((decision, self._record_args(decision, settings, at, [verdict, outcome.label, "1"])))
+                calls.append((decision, settings, at, [[verdict, outcome.label, 1]]))
                 continue
             if verdict == Verdict.IGNORE:
                 continue
             key = (decision.provider, decision.model, decision.generation, at)
-            group = groups.get(key)
-            if group is None:
-                group = (decision, self._record_args(decision, settings, at, []))
-                groups[key] = group
-                calls.append(group)
-            args = group[1]
-            # Runs start at index 12 (after the 11 leading arguments): verdict, label, count.
-            if len(args) > 11 and args[-3] == verdict and args[-2] == outcome.label:
-                args[-1] = str(int(args[-1]) + 1)
+            runs = groups.get(key)
+            if runs is None:
+                runs = groups[key] = []
+                calls.append((decision, settings, at, runs))
+            if runs and runs[-1][0] == verdict and runs[-1][1] == outcome.label:
+                runs[-1][2] += 1
             else:
-                args += (verdict, outcome.label, "1")
-        return calls
+                runs.append([verdict, outcome.label, 1])
+        return [(decision, self._record_args(decision, settings, at, runs)) for decision, settings, at, runs in calls]
 
     def _record_args(
-        self, decision: Decision, settings: BreakerSettings, at: float | None, runs: list[str]
+        self, decision: Decision, settings: BreakerSettings, at: float | None, runs: list[list[Any]]
     ) -> list[str]:
         return [
             "" if at is None else str(_ms(at)),
@@ -774,7 +771,7 @@ class RedisEngine(BreakerEngine):
             str(settings.minimum_requests),
             str(settings.initial_cooldown_seconds * 1000),
             str(settings.cooldown_cap_seconds * 1000),
-            *runs,
+            *(str(value) for run in runs for value in run),
         ]
 
     def _send(self, outcomes: list[tuple[Decision, Outcome, float | None]]) -> None:

@@ -171,3 +171,24 @@ def test_gateways_keep_serving_when_the_database_is_down(gateways, world):
     assert [("Error" in text, "connection" in text, "database" in text) for text in readiness] == [
         (False, False, False)
     ] * 3
+
+
+def test_production_gateways_answer_without_a_server_header_and_refuse_websocket_upgrades(gateways, world):
+    # run_gateway serves through gateway.server's protocol with `--no-server-header --ws none`.
+    answer = _post(gateways[0], world)
+    upgrade = httpx.get(
+        f"{gateways[0]}/v1/models",
+        headers={
+            "authorization": f"Bearer {world.secret}",
+            "connection": "Upgrade",
+            "upgrade": "websocket",
+            "sec-websocket-version": "13",
+            "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+        },
+        timeout=10,
+    )
+
+    assert answer.status_code == 200
+    assert "server" not in answer.headers
+    assert answer.headers["content-length"] == str(len(answer.content))
+    assert upgrade.status_code != 101
