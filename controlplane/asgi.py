@@ -61,6 +61,7 @@ def _application() -> Any:
             limits=BodyLimits.from_settings(settings),
             body_buffer=settings.GATEWAY_BODY_BUFFER_BYTES,
             body_read_timeout=settings.GATEWAY_BODY_READ_TIMEOUT_SECONDS,
+            gc_young_threshold=settings.GATEWAY_GC_YOUNG_THRESHOLD,
             # /metrics is the gateway's here: it serves the console's metrics too.
             console_metrics=True,
         )

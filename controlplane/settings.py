@@ -309,6 +309,11 @@ GATEWAY_MAX_STRING_CHARS = env_int("GATEWAY_MAX_STRING_CHARS", 10 * 1024 * 1024)
 GATEWAY_BODY_BUFFER_BYTES = env_int("GATEWAY_BODY_BUFFER_BYTES", 64 * 1024 * 1024)
 # A client must send its whole body within this many seconds, or gets a 408 (a 10 MiB body needs 350 KB/s).
 GATEWAY_BODY_READ_TIMEOUT_SECONDS = env_int("GATEWAY_BODY_READ_TIMEOUT_SECONDS", 30)
+# Once a gateway has started, what it loaded is frozen out of the cyclic collector's view and a young collection
+# runs every this many net container allocations (CPython's default is 700): gateway/heap.py. 0 = CPython's defaults.
+GATEWAY_GC_YOUNG_THRESHOLD = env_int("GATEWAY_GC_YOUNG_THRESHOLD", 20_000)
+if GATEWAY_GC_YOUNG_THRESHOLD < 0:
+    raise ImproperlyConfigured(f"GATEWAY_GC_YOUNG_THRESHOLD must be 0 or more, got {GATEWAY_GC_YOUNG_THRESHOLD}.")
 for _name in (
     "GATEWAY_MAX_BODY_BYTES",
     "GATEWAY_DEADLINE_SECONDS",

@@ -26,6 +26,7 @@ from gateway.clients import ANTHROPIC_JSON, AnthropicClientSend, anthropic_refus
 from gateway.config import ConfigHolder
 from gateway.errors import openai_error, sse_error
 from gateway.exchange import ClientGone, Exchange, Reject, SendTracker, respond
+from gateway.heap import settle_heap
 from gateway.logsink import LogSink, new_request_id
 from gateway.metrics import CONTENT_TYPE, FORBIDDEN_BODY, GatewayMetrics, bearer_secret
 from gateway.snapshot import KeyInfo, ProviderInfo, Refusal, Route, Snapshot
@@ -68,6 +69,7 @@ class GatewayApp:
         body_wait_seconds: float = BODY_WAIT_SECONDS,
         body_read_timeout: float = BODY_READ_TIMEOUT_SECONDS,
         console_metrics: bool = False,
+        gc_young_threshold: int = 0,
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
@@ -86,6 +88,8 @@ class GatewayApp:
         self._transports: dict[str, FastTransport] = {}
         self._adapters: dict[str, tuple[ProviderInfo, Adapter]] = {}
         self.started = False
+        # The collector's setting once started (gateway/heap.py); 0 leaves it alone (tests, embedding).
+        self.gc_young_threshold = gc_young_threshold
         # /metrics (gateway/metrics.py); `console_metrics` adds the console's (embedded mode: one process).
         self.metrics = GatewayMetrics(config=config, engine=lambda: self.engine, sink=sink, console=console_metrics)
         # What to call and calling it (gateway/attempts.py). `clock` and `sleep` time the resilience policy's
@@ -121,6 +125,8 @@ class GatewayApp:
             self.sink.start()
         self.metrics.start()
         self.started = True
+        # Last: what startup loaded (settings, snapshot, engine) is frozen out of the collector's view.
+        settle_heap(self.gc_young_threshold)
 
     async def shutdown(self) -> None:
         engine = self._engine
@@ -632,4 +638,5 @@ def create_app() -> GatewayApp:
         limits=BodyLimits.from_settings(settings),
         body_buffer=getattr(settings, "GATEWAY_BODY_BUFFER_BYTES", DEFAULT_BODY_BUFFER),
         body_read_timeout=getattr(settings, "GATEWAY_BODY_READ_TIMEOUT_SECONDS", BODY_READ_TIMEOUT_SECONDS),
+        gc_young_threshold=settings.GATEWAY_GC_YOUNG_THRESHOLD,
     )

@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from django.db import connections
 
@@ -45,6 +46,7 @@ class ConfigHolder:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
+        self._version_client: Any = None  # one client (and pooled connection) for every poll of the version key
 
     # -- lifecycle -----------------------------------------------------------------
     def start(self) -> None:
@@ -63,6 +65,9 @@ class ConfigHolder:
         config_unsubscribe(self.announce)
         for thread in self._threads:
             thread.join(timeout=2)
+        client, self._version_client = self._version_client, None
+        if client is not None:
+            client.close()
 
     def _spawn(self, target: Callable[[], object], name: str) -> None:
         thread = threading.Thread(target=target, name=name, daemon=True)
@@ -124,9 +129,12 @@ class ConfigHolder:
         if not self._redis_url:
             return self._wanted
         try:
-            import redis
+            if self._version_client is None:
+                import redis
 
-            value = redis.Redis.from_url(self._redis_url, socket_timeout=1, socket_connect_timeout=1).get(VERSION_KEY)
+                # Kept: a client per poll would open a connection each time and leave it to the cyclic collector.
+                self._version_client = redis.Redis.from_url(self._redis_url, socket_timeout=1, socket_connect_timeout=1)
+            value = self._version_client.get(VERSION_KEY)
             return int(value or 0)
         except Exception:  # noqa: BLE001 - Redis away: the poll tries again
             return self._wanted
