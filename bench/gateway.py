@@ -5,7 +5,7 @@ production mode: Redis-backed breaker, request logs to a Redis stream, config
 from a SQLite file this script prepares), drives both with wrk (C, so the load
 generator is not the bottleneck), and prints requests/s and p50/p99 latency at
 concurrency 1, 16 and 64, the same with the primary failing and fallback serving
-(the chain's resilience policy off, the default, and on, in alternating slices),
+(the chain's resilience policy off, the default, and on, in slices alternating with the healthy runs),
 streaming time to first byte, resident memory and CPU time per request; then the cross-protocol paths
 (issue 11: an OpenAI client to an Anthropic upstream, an Anthropic client to an OpenAI upstream) against the
 same-protocol one, interleaved: streaming time to the first event and to the first content, and req/s at
@@ -335,8 +335,8 @@ def ttfb_interleaved(targets: list[tuple[str, Route]], per_slice: int, slices: i
 def rates_interleaved(
     gw_url: str, routes: list[Route], gw_pid: int, connections: int, duration: int
 ) -> dict[str, Sliced]:
-    """wrk on each route, about `duration` seconds each in 2 s slices of rotating order (as failover_pair
-    does for two), with the gateway's CPU time per request of each."""
+    """wrk on each route, about `duration` seconds each in 2 s slices of rotating order (as `interleaved`
+    does), with the gateway's CPU time per request of each."""
     seconds = min(2, duration)
     runs: dict[str, list[Sliced]] = {r.label: [] for r in routes}
     for i in range(max(duration // seconds, 1)):
@@ -453,7 +453,7 @@ def main() -> None:
     try:
         gw_pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs, workers=args.workers)
 
-        rows = []
+        rows: list[tuple[int, WrkResult, WrkResult]] = []
         direct_url = f"{sim_url}/openai/v1/chat/completions"
         gateway_url = f"{gw_url}/v1/chat/completions"
         headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
@@ -462,20 +462,18 @@ def main() -> None:
         wrk(gateway_url, key, 16, 2)  # warm up connection pools and caches
         wrk(gateway_url, key, 16, 2, FALLBACK_BODY)
         wrk(gateway_url, key, 16, 2, RESILIENT_BODY)
-        cpu_before, _ = proc_stats(gw_pid)
-        gateway_requests = 0
+        gateway_requests, gateway_cpu = 0, 0.0
         fallback_rows: list[tuple[int, Failover, Failover]] = []
-        # Interleaved per concurrency, so drift on a shared machine affects all four alike.
         for c in concurrencies:
             direct = wrk(direct_url, None, c, args.duration)
-            through = wrk(gateway_url, key, c, args.duration)
+            # Healthy, default failover and policy-on failover in alternating slices, so that drift on a shared
+            # machine affects all three alike and "share of healthy" compares like with like.
+            through, default, resilient = interleaved(sim_url, gateway_url, key, gw_pid, c, args.duration)
             gateway_requests += through["requests"]
-            cpu_mid, _ = proc_stats(gw_pid)
-            default, resilient = failover_pair(sim_url, gateway_url, key, gw_pid, c, args.duration)
+            gateway_cpu += through["cpu_us"] * through["requests"]  # CPU per request counts healthy runs only
             fallback_rows.append((c, default, resilient))
-            cpu_before += proc_stats(gw_pid)[0] - cpu_mid  # CPU per request counts healthy runs only
             rows.append((c, direct, through))
-        cpu_after, rss = proc_stats(gw_pid)
+        _, rss = proc_stats(gw_pid)
 
         zero_first_token(sim_url)
         plain = cross_protocol_routes(key, stream=False)
@@ -501,7 +499,7 @@ def main() -> None:
         "embedded (memory breaker, SQLite log writes)" if args.memory else "production (Redis breaker and log stream)"
     )
     workers = "one gateway worker" if args.workers == 1 else f"{args.workers} gateway workers"
-    cpu_us = (cpu_after - cpu_before) / max(gateway_requests, 1) * 1e6
+    cpu_us = gateway_cpu / max(gateway_requests, 1)
     print(f"\nGateway benchmark — {os.cpu_count()} cores, wrk {args.duration}s per run, {workers}, {mode}\n")
     print_summary(rows, fallback_rows, cpu_us=cpu_us, rss=max(rss, rss_end), ttfb_added=ttfb_gateway - ttfb_direct)
     print("\nAll rows:\n")
@@ -615,28 +613,30 @@ class Failover(Sliced):
     primary_calls: int
 
 
-def failover_pair(
+def interleaved(
     sim_url: str, gateway_url: str, key: str, gw_pid: int, connections: int, duration: int
-) -> tuple[Failover, Failover]:
-    """The default failover and the same with the policy on, about `duration` seconds each, in 2 s slices
-    of alternating order (AB BA AB ...).
+) -> tuple[Failover, Failover, Failover]:
+    """The healthy model, the default failover and the failover with the policy on, about `duration` seconds
+    each, in 2 s slices whose order reverses every round (ABC CBA ABC ...).
 
-    A shared machine's load drifts within seconds; alternating slices give both rows the same drift, which
-    two back-to-back runs do not. req/s is the slices' mean (equal lengths), p50 their median, p99 their worst.
+    A shared machine's load drifts within seconds; alternating slices give the three rows the same drift, which
+    back-to-back runs do not. req/s is the slices' mean (equal lengths), p50 their median, p99 their worst.
     """
     seconds = min(2, duration)
-    runs: dict[str, list[Failover]] = {FALLBACK_BODY: [], RESILIENT_BODY: []}
+    bodies = (BODY, FALLBACK_BODY, RESILIENT_BODY)
+    runs: dict[str, list[Failover]] = {body: [] for body in bodies}
     for i in range(max(duration // seconds, 1)):
-        order = (FALLBACK_BODY, RESILIENT_BODY) if i % 2 == 0 else (RESILIENT_BODY, FALLBACK_BODY)
-        for body in order:
+        for body in bodies if i % 2 == 0 else bodies[::-1]:
             runs[body].append(failover(sim_url, gateway_url, key, gw_pid, connections, seconds, body))
-    return _merged(runs[FALLBACK_BODY]), _merged(runs[RESILIENT_BODY])
+    healthy, default, resilient = (_merged(runs[body]) for body in bodies)
+    return healthy, default, resilient
 
 
 def failover(
     sim_url: str, gateway_url: str, key: str, gw_pid: int, connections: int, duration: int, body: str
 ) -> Failover:
-    """A wrk run against a model whose primary fails, with the calls its primary saw meanwhile.
+    """A wrk run (against a model whose primary fails, or the healthy one), with the calls the failing
+    provider saw meanwhile.
 
     The runs go one after another and only they call the failing provider, so the difference of its
     counter is this run's: 0 while its circuit stays open, a few if a cooldown ends and probes go out.

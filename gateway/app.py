@@ -25,7 +25,7 @@ from gateway.bodies import MIB, BodyBudget, BodyError, BodyLimits, parse_body, w
 from gateway.clients import ANTHROPIC_JSON, AnthropicClientSend, anthropic_refusal
 from gateway.config import ConfigHolder
 from gateway.errors import openai_error, sse_error
-from gateway.exchange import ClientGone, Exchange, Reject, SendTracker, respond
+from gateway.exchange import DISCONNECT_HOOKS, ClientGone, Exchange, Reject, SendTracker, respond
 from gateway.heap import settle_heap
 from gateway.logsink import LogSink, new_request_id
 from gateway.metrics import CONTENT_TYPE, FORBIDDEN_BODY, GatewayMetrics, bearer_secret
@@ -378,7 +378,7 @@ class GatewayApp:
                 "this route re-addresses the request to another model, which would change it.",
                 code="number_out_of_range",
             )
-        await self._proxy_watching_disconnect(call, snap, receive, send)
+        await self._proxy_watching_disconnect(call, snap, scope, receive, send)
 
     async def _from_anthropic(self, call: Exchange, payload: dict[str, Any], odd_numbers: bool) -> dict[str, Any]:
         """A Messages request in the canonical (OpenAI) shape; `call.raw` becomes its bytes. A parameter with
@@ -490,20 +490,33 @@ class GatewayApp:
             self.body_budget.release(call.budget)
             call.budget = 0
 
-    async def _proxy_watching_disconnect(self, call: Exchange, snap: Snapshot, receive: Any, send: Any) -> None:
-        """Run the upstream work in this task; if the client disconnects first, cancel it (the upstream call too)."""
+    async def _proxy_watching_disconnect(
+        self, call: Exchange, snap: Snapshot, scope: dict[str, Any], receive: Any, send: Any
+    ) -> None:
+        """Run the upstream work in this task; if the client disconnects first, cancel it (the upstream call too).
+
+        The gateway's own server calls a hook when the connection is lost (gateway/server.py); under any other
+        ASGI server a second task waits for `http.disconnect` from `receive()`."""
         task = asyncio.current_task()
         assert task is not None
         state = {"done": False, "gone": False}
 
-        async def watch() -> None:
-            await _wait_disconnect(receive)
+        def gone() -> None:
             # Same event loop: this runs only while the work is suspended, so `done` is exact.
             if not state["done"]:
                 state["gone"] = True
                 task.cancel()
 
-        watcher = asyncio.ensure_future(watch())
+        async def watch() -> None:
+            await _wait_disconnect(receive)
+            gone()
+
+        hooks = scope.get("extensions", {}).get(DISCONNECT_HOOKS)
+        if hooks is not None:
+            hooks.append(gone)
+            watcher = None
+        else:
+            watcher = asyncio.ensure_future(watch())
         try:
             await self.attempts.run(call, snap, send)
         except asyncio.CancelledError:
@@ -513,7 +526,8 @@ class GatewayApp:
             raise  # our own cancellation (shutdown): let it through
         finally:
             state["done"] = True
-            watcher.cancel()
+            if watcher is not None:
+                watcher.cancel()
 
     async def _wide_numbers(self, raw: bytes) -> bool:
         if len(raw) <= THREAD_BYTES:

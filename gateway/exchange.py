@@ -9,6 +9,9 @@ from typing import Any
 from gateway.snapshot import KeyInfo, Route, Target
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
+# A server may put a list in scope["extensions"] under this name and call its callables when the client's
+# connection is lost mid-request (gateway/server.py does); without it the app watches `receive` instead.
+DISCONNECT_HOOKS = "controlplane.disconnect_hooks"
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import random
 import threading
 import time
 import uuid
@@ -52,6 +53,12 @@ return trimmed
 """
 
 
+# Request ids are names, not secrets: a generator seeded from the OS (again in a forked child, which would
+# otherwise repeat its parent's sequence) instead of a system call per id.
+_ids = random.Random(os.urandom(32))
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+
+
 def new_request_id() -> str:
     """A UUIDv7 (RFC 9562) as 32 hex digits: time-ordered to the millisecond, then 74 random bits.
 
@@ -59,7 +66,7 @@ def new_request_id() -> str:
     taking rows at the same rate (random ids would touch a random index page per row), and sorting
     request ids sorts them by time.
     """
-    rand = int.from_bytes(os.urandom(10), "big")  # 80 bits, 74 of them used
+    rand = _ids.getrandbits(80)  # 74 of them used
     value = (time.time_ns() // 1_000_000) << 80 | 0x7 << 76 | (rand >> 68) << 64 | 0b10 << 62 | rand & (2**62 - 1)
     return f"{value:032x}"
 

@@ -7,15 +7,22 @@ hands it to the real transport in one write at the end of that turn (`call_soon`
 data: a streamed response still goes out chunk by chunk, each at the end of the turn that produced it, and
 closing the connection writes what is held first.
 
+It also tells the app when a request's client goes away: each request's scope carries a list under
+`scope["extensions"][DISCONNECT_HOOKS]`, and losing the connection mid-request calls what the app put there.
+The app then needs no task of its own per request watching `receive()` for `http.disconnect`.
+
 Used as `uvicorn --http gateway.server:CorkedHttpToolsProtocol` (see run_gateway).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+
+from gateway.exchange import DISCONNECT_HOOKS
 
 
 class CorkedTransport:
@@ -61,7 +68,21 @@ class CorkedTransport:
 
 
 class CorkedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol writing through a CorkedTransport."""
+    """uvicorn's httptools protocol writing through a CorkedTransport, calling disconnect hooks (see above)."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        hooks: list[Callable[[], None]] = []
+        extensions: dict[str, Any] = cycle.scope.setdefault("extensions", {})
+        extensions[DISCONNECT_HOOKS] = hooks
+        super()._start_asgi_task(cycle, app)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        cycle = self.cycle
+        super().connection_lost(exc)
+        if cycle is not None and cycle.disconnected:  # lost before the response was complete
+            extensions: dict[str, Any] = cycle.scope.get("extensions") or {}
+            for hook in extensions.get(DISCONNECT_HOOKS, ()):
+                hook()

@@ -42,10 +42,12 @@ class _Connection(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None
         self.on_close: Any = None
         self.write_paused = False  # the transport's state, across requests
+        # One parser per connection: it reads a keep-alive connection's responses one after another. A
+        # connection is reused only after a complete response, so each request starts it between messages.
+        self.parser = httptools.HttpResponseParser(self)
         self.reset()
 
     def reset(self) -> None:
-        self.parser = httptools.HttpResponseParser(self)
         self.status = 0
         self.headers: list[tuple[bytes, bytes]] = []
         self.headers_done = False
@@ -139,18 +141,19 @@ class _Connection(asyncio.Protocol):
             waiter.set_result(None)
 
     async def wait(self, timeout: float | None) -> None:
-        """Wait for more parser progress (or the end), at most `timeout` seconds."""
-        waiter = self._waiter = asyncio.get_running_loop().create_future()
+        """Wait for more parser progress (or the end), at most `timeout` seconds.
+
+        The timer fails the waiter itself (no task cancellation to undo): one timer handle per wait.
+        """
+        loop = asyncio.get_running_loop()
+        waiter = self._waiter = loop.create_future()
+        timer = None if timeout is None else loop.call_later(timeout, _expire, waiter)
         try:
-            if timeout is None:
-                await waiter
-            else:
-                async with asyncio.timeout(timeout):
-                    await waiter
-        except TimeoutError:
-            raise httpx.ReadTimeout("Timed out waiting for the upstream.") from None
+            await waiter
         finally:
             self._waiter = None
+            if timer is not None:
+                timer.cancel()
 
     async def wait_for(self, timeout: float) -> bool:
         """Wait for parser progress at most `timeout` seconds; False if none came."""
@@ -172,6 +175,11 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None and not self.closed:
             self.transport.close()
         self.closed = True
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_exception(httpx.ReadTimeout("Timed out waiting for the upstream."))
 
 
 class RequestBody:

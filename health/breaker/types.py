@@ -43,27 +43,32 @@ class Outcome:
     status: int | None = None
     error: ErrorKind | None = None
 
+    # Outcomes are immutable values: the common ones are made once (two per proxied request otherwise).
     @classmethod
     def of_status(cls, status: int) -> Outcome:
-        return cls(status=status)
+        known = _BY_STATUS.get(status)
+        return known if known is not None else cls(status=status)
 
     @classmethod
     def timeout(cls) -> Outcome:
-        return cls(error=ErrorKind.TIMEOUT)
+        return _BY_ERROR[ErrorKind.TIMEOUT]
 
     @classmethod
     def connection_error(cls) -> Outcome:
-        return cls(error=ErrorKind.CONNECTION)
+        return _BY_ERROR[ErrorKind.CONNECTION]
 
     @classmethod
     def cancelled(cls) -> Outcome:
-        return cls(error=ErrorKind.CANCELLED)
+        return _BY_ERROR[ErrorKind.CANCELLED]
 
     @property
     def label(self) -> str:
         """What the Provider Health tab shows as the last failure's code."""
         return str(self.error) if self.error is not None else str(self.status)
 
+
+_BY_STATUS = {status: Outcome(status=status) for status in range(100, 600)}
+_BY_ERROR = {kind: Outcome(error=kind) for kind in ErrorKind}
 
 DEFAULT_FAILURE_STATUS_CODES: tuple[int, ...] = (429, 500, 502, 503, 504)
 

@@ -1,5 +1,6 @@
 """A catalog pointing at a live simulator, and a live gateway with a hand-driven clock."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -93,11 +94,23 @@ def world(transactional_db, sim) -> World:
     return World(sim=app, sim_url=url, secret=created.secret, key=created.key, user=user)
 
 
-@pytest.fixture
-def gateway(world):
+def _gateway(**server: Any) -> Iterator[Gateway]:
     clock = ManualClock()
     engine = build_engine(clock=clock, config=ConfigSet(default=TEST_BREAKER))
     sink = LogSink(flush_seconds=0.05)
     app = GatewayApp(config=ConfigHolder(), engine=engine, sink=sink, max_body=64 * 1024)
-    with serve(app, lifespan=True) as url:
+    with serve(app, lifespan=True, **server) as url:
         yield Gateway(url=url, app=app, clock=clock, sink=sink)
+
+
+@pytest.fixture
+def gateway(world):
+    yield from _gateway()
+
+
+@pytest.fixture
+def production_server_gateway(world):
+    """The same gateway served as run_gateway serves it: uvloop and gateway/server.py's protocol."""
+    from gateway.server import CorkedHttpToolsProtocol
+
+    yield from _gateway(http=CorkedHttpToolsProtocol, loop="uvloop")

@@ -287,9 +287,13 @@ def test_openai_sdk_works_unchanged(gateway, world):
     assert "".join(pieces) == "word1 word2 word3 word4 "
 
 
-def test_client_disconnect_cancels_the_upstream_call(gateway, world):
+@pytest.mark.parametrize("served", ["gateway", "production_server_gateway"])
+def test_client_disconnect_cancels_the_upstream_call(served, world, request):
+    """Under any ASGI server (a task watching `receive`) and under run_gateway's (the server's disconnect hook)."""
     import socket
     import time
+
+    gateway = request.getfixturevalue(served)
 
     from catalog.models import Provider
 

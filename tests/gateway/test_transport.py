@@ -212,3 +212,62 @@ def test_connections_per_origin_are_bounded():
             return len(transport._all)
 
     assert run_async(run()) <= 1
+
+
+def test_one_connection_reads_responses_of_every_framing_in_turn():
+    """The connection's one parser reads each keep-alive response after the last: a length, chunks, a 204,
+    an error with a body, then a length again, all on the same socket."""
+    answers = [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nsec\r\n3\r\nond\r\n0\r\n\r\n",
+        b"HTTP/1.1 204 No Content\r\n\r\n",
+        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\nX-Kind: busy\r\n\r\nbusy",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfifth",
+    ]
+
+    async def handler(reader, writer):
+        for answer in answers:
+            await read_request(reader)
+            writer.write(answer)
+            await writer.drain()
+
+    async def run():
+        async with raw_server(handler) as (port, connections):
+            transport = FastTransport()
+            origin, payload = request(port)
+            seen = []
+            for _ in answers:
+                response = await transport.send_raw(origin, payload, connect_timeout=2, read_timeout=2)
+                seen.append((response.status, dict(response.headers).get(b"X-Kind"), await response.body.aread()))
+            return seen, len(connections)
+
+    seen, connections = run_async(run())
+
+    assert seen == [
+        (200, None, b"first"),
+        (200, None, b"second"),
+        (204, None, b""),
+        (503, b"busy", b"busy"),
+        (200, None, b"fifth"),
+    ]
+    assert connections == 1
+
+
+def test_a_body_that_stalls_is_a_read_timeout_and_the_connection_is_dropped():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhalf")
+        await writer.drain()
+        await reader.read()  # never sends the rest
+
+    async def run():
+        async with raw_server(handler) as (port, _):
+            transport = FastTransport()
+            origin, payload = request(port)
+            response = await transport.send_raw(origin, payload, connect_timeout=2, read_timeout=0.2)
+            with pytest.raises(httpx.ReadTimeout):
+                await response.body.aread()
+            await response.body.aclose()
+            return transport._take_idle(origin)
+
+    assert run_async(run()) is None
