@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -70,6 +71,8 @@ def main() -> None:
         cwd=ROOT,
         env=env,
     )
+    # SIGTERM (kill, pkill) stops it like Ctrl-C: the gateway, its Redis keys and its files go with it.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         wait_ready(f"http://127.0.0.1:{args.port}/readyz", gateway)
         print(f"BENCH_EXTRA_URL=http://127.0.0.1:{args.port}", flush=True)
@@ -80,6 +83,10 @@ def main() -> None:
         pass
     finally:
         stop_stack([gateway], args.redis_url, namespace, work)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 if __name__ == "__main__":
