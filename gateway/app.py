@@ -511,7 +511,7 @@ class GatewayApp:
             await _wait_disconnect(receive)
             gone()
 
-        hooks = scope.get("extensions", {}).get(DISCONNECT_HOOKS)
+        hooks = (scope.get("extensions") or {}).get(DISCONNECT_HOOKS)
         if hooks is not None:
             hooks.append(gone)
             watcher = None

@@ -17,7 +17,6 @@ Used as `uvicorn --http gateway.server:CorkedHttpToolsProtocol` (see run_gateway
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
@@ -74,9 +73,8 @@ class CorkedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
 
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
-        hooks: list[Callable[[], None]] = []
         extensions: dict[str, Any] = cycle.scope.setdefault("extensions", {})
-        extensions[DISCONNECT_HOOKS] = hooks
+        extensions[DISCONNECT_HOOKS] = []  # the app appends callables taking no arguments
         super()._start_asgi_task(cycle, app)
 
     def connection_lost(self, exc: Exception | None) -> None:

@@ -91,3 +91,16 @@ def test_polling_the_version_key_reuses_one_connection(redis_url: str) -> None:
     finally:
         holder.stop()
     assert connections() == []  # stop() closed it
+
+
+def test_the_setting_defaults_to_20000_and_refuses_a_negative_value(tmp_path) -> None:
+    from tests.health.test_frozen_redis import _settings
+
+    default = _settings({"CONTROLPLANE_VAR_DIR": str(tmp_path)}, "GATEWAY_GC_YOUNG_THRESHOLD")
+    negative = _settings(
+        {"CONTROLPLANE_VAR_DIR": str(tmp_path), "GATEWAY_GC_YOUNG_THRESHOLD": "-1"}, "GATEWAY_GC_YOUNG_THRESHOLD"
+    )
+
+    assert (default.returncode, default.stdout.strip()) == (0, "20000")
+    assert negative.returncode != 0
+    assert "GATEWAY_GC_YOUNG_THRESHOLD must be 0 or more, got -1." in negative.stderr

@@ -3,6 +3,7 @@
 import asyncio
 import socket
 import threading
+import time
 
 import httpx
 
@@ -124,3 +125,35 @@ def test_a_streamed_chunk_is_not_held_for_the_next():
 
     assert chunks == [b"one ", b"two ", b"three"]
     assert received.startswith(b"HTTP/1.1 200 OK\r\n")
+
+
+def test_disconnect_hooks_run_only_for_a_request_still_unanswered():
+    """Each request's scope carries the hook list; losing the connection calls it only while the response
+    is incomplete (a client closing a keep-alive connection after its answer cancels nothing)."""
+    calls: list[str] = []
+    waiting = threading.Event()
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        hooks = scope["extensions"]["controlplane.disconnect_hooks"]
+        hooks.append(lambda: calls.append(scope["path"]))
+        if scope["path"] == "/hang":
+            waiting.set()
+            await asyncio.Event().wait()  # never answered; uvicorn cancels it at shutdown
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serve(app, http=CorkedHttpToolsProtocol, loop="uvloop") as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port)) as answered:
+            answered.sendall(b"GET /answered HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answered.recv(4096).endswith(b"ok")
+        with socket.create_connection(("127.0.0.1", port)) as hanging:
+            hanging.sendall(b"GET /hang HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert waiting.wait(10)
+        deadline = time.monotonic() + 10
+        while "/hang" not in calls and time.monotonic() < deadline:  # the server thread sees the lost connection
+            time.sleep(0.01)
+
+    assert calls == ["/hang"]
