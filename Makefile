@@ -14,7 +14,7 @@ TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/controlplane
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 export TEST_REDIS_URL
 
-.PHONY: help venv run test test-pg test-sqlite lint bench bench-logs bench-hostile bench-profile clean
+.PHONY: help venv run test test-pg test-sqlite lint bench bench-logs bench-hostile bench-profile bench-instructions clean
 
 help:
 	@echo "make run   - start the console on http://$(HOST):$(PORT) (embedded mode, SQLite, demo data)"
@@ -23,6 +23,8 @@ help:
 	@echo "make bench - breaker and gateway benchmarks (wrk, Redis)"
 	@echo "make bench-logs - Request Logs and the Dashboard on 2,000,000 rows, ingest rate, freshness (PostgreSQL, Redis)"
 	@echo "make bench-hostile - 50 concurrent maximal and hostile bodies: worker memory, /healthz latency (Redis)"
+	@echo "make bench-profile - where one gateway worker's CPU goes, by stage, under load (py-spy)"
+	@echo "make bench-instructions - instructions per request, healthy and failover (valgrind; load-independent)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "python3.12 not found: install Python 3.12 and retry" >&2; exit 1; }
@@ -66,6 +68,10 @@ bench-logs: venv
 # Where one gateway worker's CPU goes, by stage, under load (py-spy); the table in docs/performance.md.
 bench-profile: venv
 	$(PY) bench/profile_gateway.py
+
+# Instructions per request (valgrind's callgrind), healthy and failover: a count the machine's load does not move.
+bench-instructions: venv
+	$(PY) bench/instructions.py
 
 # Maximal and hostile request bodies against one gateway worker; figures go in the README's Reliability section.
 bench-hostile: venv

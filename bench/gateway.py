@@ -146,6 +146,18 @@ print(api_key_create(actor=None, name="bench", user=user).secret)
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
+def start_simulator(env: dict[str, str], port: int, procs: list[subprocess.Popen]) -> None:
+    """Start the simulator on `port` (appended to `procs` at once) and wait until it answers."""
+    sim = subprocess.Popen(
+        [sys.executable, "manage.py", "run_simulator", "--port", str(port)],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+    )
+    procs.append(sim)
+    wait_ready(f"http://127.0.0.1:{port}/_sim/state", sim)
+
+
 def start_stack(
     env: dict[str, str], *, sim_port: int, gw_port: int, procs: list[subprocess.Popen], workers: int = 1
 ) -> int:
@@ -155,14 +167,7 @@ def start_stack(
     Started processes are appended to `procs` as they start, so the caller's cleanup stops them even
     when a later step fails.
     """
-    sim = subprocess.Popen(
-        [sys.executable, "manage.py", "run_simulator", "--port", str(sim_port)],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-    )
-    procs.append(sim)
-    wait_ready(f"http://127.0.0.1:{sim_port}/_sim/state", sim)
+    start_simulator(env, sim_port, procs)
     gw = subprocess.Popen(
         [sys.executable, "manage.py", "run_gateway", "--port", str(gw_port), "--workers", str(workers)],
         cwd=ROOT,

@@ -39,35 +39,40 @@ class Command(BaseCommand):
             "PROMETHEUS_MULTIPROC_DIR": metrics_dir(),
             "DJANGO_SETTINGS_MODULE": os.environ.get("DJANGO_SETTINGS_MODULE", "controlplane.settings"),
         }
-        argv = [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "gateway.app:create_app",
-            "--factory",
-            "--host",
-            host,
-            "--port",
-            str(port),
-            "--workers",
-            str(workers),
-            "--http",
-            "gateway.server:CorkedHttpToolsProtocol",  # httptools, one write per response (gateway/server.py)
-            "--ws",
-            "none",
-            "--no-server-header",
-            "--loop",
-            "uvloop",
-            "--lifespan",
-            "on",
-            "--no-access-log",
-            "--log-level",
-            "warning",
-            "--timeout-graceful-shutdown",
-            "30",
-        ]
+        argv = uvicorn_argv(host, port, workers)
         sys.stdout.flush()
         os.execve(sys.executable, argv, env)  # noqa: S606 - fixed argv, our own interpreter
+
+
+def uvicorn_argv(host: str, port: int, workers: int) -> list[str]:
+    """The command line of the gateway's uvicorn (bench/instructions.py runs the same one under valgrind)."""
+    return [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "gateway.app:create_app",
+        "--factory",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--http",
+        "gateway.server:CorkedHttpToolsProtocol",  # httptools, one write per response (gateway/server.py)
+        "--ws",
+        "none",
+        "--no-server-header",
+        "--loop",
+        "uvloop",
+        "--lifespan",
+        "on",
+        "--no-access-log",
+        "--log-level",
+        "warning",
+        "--timeout-graceful-shutdown",
+        "30",
+    ]
 
 
 def metrics_dir() -> str:
