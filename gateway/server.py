@@ -11,15 +11,34 @@ It also tells the app when a request's client goes away: each request's scope ca
 `scope["extensions"][DISCONNECT_HOOKS]`, and losing the connection mid-request calls what the app put there.
 The app then needs no task of its own per request watching `receive()` for `http.disconnect`.
 
+And it writes a response's head with fewer checks repeated. uvicorn checks every header's name and value with
+its two regular expressions on every response; most of a gateway's headers recur (content-type, the served
+model, `x-vidai-fallback: true`), so here each (name, value) pair that passed those same checks is kept with
+its finished line, and a pair seen before costs a dictionary lookup. New pairs (a request id, a date) are
+checked as uvicorn checks them. The rest (content-length, chunked, connection: close) is decided as uvicorn
+decides it. uvicorn builds each cycle in `on_headers_complete`; this protocol runs that same function with
+`RequestResponseCycle` bound to the subclass (`_building`), so every cycle is a CheckedLinesCycle from the
+start. (Assigning `__class__` afterwards worked too, but left every cycle's attributes in a dict of their own,
+which cost more than the checks saved.)
+
 Used as `uvicorn --http gateway.server:CorkedHttpToolsProtocol` (see run_gateway).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import types
 from typing import Any
 
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol, RequestResponseCycle
+from uvicorn.protocols.http import httptools_impl
+from uvicorn.protocols.http.httptools_impl import (
+    HEADER_RE,
+    HEADER_VALUE_RE,
+    STATUS_LINE,
+    HttpToolsProtocol,
+    RequestResponseCycle,
+)
 
 from gateway.exchange import DISCONNECT_HOOKS
 
@@ -66,8 +85,121 @@ class CorkedTransport:
         return getattr(self._transport, name)
 
 
+# Checked header lines: (name, value) -> (the line as written, the lowercased name when it is one that frames
+# the response, else None). Bounded: emptied when full, so values that never recur (request ids) cannot grow it.
+_FRAMING = frozenset((b"content-length", b"transfer-encoding", b"connection"))
+_CHECKED_MAX = 4096
+_checked: dict[tuple[bytes, bytes], tuple[bytes, bytes | None]] = {}
+
+
+def _checked_line(pair: Any) -> tuple[bytes, bytes | None]:
+    """The header's line and framing name, after uvicorn's own checks (RuntimeError as uvicorn raises it)."""
+    name, value = pair
+    if HEADER_RE.search(name):
+        raise RuntimeError("Invalid HTTP header name.")
+    if HEADER_VALUE_RE.search(value):
+        raise RuntimeError("Invalid HTTP header value.")
+    lowered = bytes(name).lower()
+    checked = (b"".join((lowered, b": ", value, b"\r\n")), lowered if lowered in _FRAMING else None)
+    if len(_checked) >= _CHECKED_MAX:
+        _checked.clear()
+    with contextlib.suppress(TypeError):  # a pair that is a list, or holds a bytearray: checked each time
+        _checked[pair] = checked
+    return checked
+
+
+class CheckedLinesCycle(RequestResponseCycle):
+    """uvicorn's request-response cycle with its `send` on the common path written out here: the head from
+    checked lines (see the module's docstring), a body as uvicorn frames it. A paused or lost connection, the
+    access log on, or a message out of order goes to uvicorn's own `send`, which waits or raises as it does."""
+
+    async def send(self, message: Any) -> None:
+        if self.flow.write_paused or self.disconnected or self.access_log:
+            await super().send(message)
+        elif not self.response_started:
+            if message["type"] != "http.response.start":
+                await super().send(message)  # raises
+            else:
+                self._head(message)
+        elif self.response_complete or message["type"] != "http.response.body":
+            await super().send(message)  # raises
+        else:
+            self._body(message)
+
+    def _head(self, message: Any) -> None:
+        self.response_started = True
+        self.waiting_for_100_continue = False
+        status_code = message["status"]
+        content = [STATUS_LINE[status_code]]
+        has_connection_close = False
+        for pair in (*self.default_headers, *message.get("headers", ())):
+            try:
+                checked = _checked.get(pair)
+            except TypeError:  # not hashable (see _checked_line)
+                checked = None
+            line, framing = checked or _checked_line(pair)
+            if framing is not None:
+                value = pair[1]
+                if framing == b"content-length":
+                    if self.chunked_encoding is None:
+                        self.expected_content_length = int(value.decode())
+                        self.chunked_encoding = False
+                elif framing == b"transfer-encoding":
+                    if value.lower() == b"chunked":
+                        self.expected_content_length = 0
+                        self.chunked_encoding = True
+                elif b"close" in [token.lower().strip() for token in value.split(b",")]:
+                    self.keep_alive = False
+                    has_connection_close = True
+            content.append(line)
+        if not self.keep_alive and not has_connection_close:
+            content.append(b"connection: close\r\n")
+        if self.chunked_encoding is None and self.scope["method"] != "HEAD" and status_code not in (204, 304):
+            self.chunked_encoding = True  # neither content-length nor transfer-encoding given
+            content.append(b"transfer-encoding: chunked\r\n")
+        content.append(b"\r\n")
+        self.transport.write(b"".join(content))
+
+    def _body(self, message: Any) -> None:
+        body = message.get("body", b"")
+        more_body = message.get("more_body", False)
+        if self.scope["method"] == "HEAD":
+            self.expected_content_length = 0
+        elif self.chunked_encoding:
+            content = [b"%x\r\n" % len(body), body, b"\r\n"] if body else []
+            if not more_body:
+                content.append(b"0\r\n\r\n")
+            self.transport.write(b"".join(content))
+        else:
+            if len(body) > self.expected_content_length:
+                raise RuntimeError("Response content longer than Content-Length")
+            self.expected_content_length -= len(body)
+            self.transport.write(body)
+        if not more_body:
+            if self.expected_content_length != 0:
+                raise RuntimeError("Response content shorter than Content-Length")
+            self.response_complete = True
+            self.message_event.set()
+            if not self.keep_alive:
+                self.transport.close()
+            self.on_response()
+
+
+def _building(cls: type, method: Any) -> Any:
+    """`method` (a function of uvicorn's httptools module) as it is, but building `cls` where it builds a
+    RequestResponseCycle: the same code object, run with a copy of that module's globals in which that one
+    name is `cls`. The copy is taken once, at import; uvicorn does not rebind its module's names later."""
+    namespace = {**vars(httptools_impl), "RequestResponseCycle": cls}
+    built = types.FunctionType(method.__code__, namespace, method.__name__, method.__defaults__, method.__closure__)
+    built.__qualname__, built.__doc__ = method.__qualname__, method.__doc__
+    return built
+
+
 class CorkedHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol writing through a CorkedTransport, calling disconnect hooks (see above)."""
+    """uvicorn's httptools protocol writing through a CorkedTransport, calling disconnect hooks, writing each
+    response head from checked lines (see above)."""
+
+    on_headers_complete = _building(CheckedLinesCycle, HttpToolsProtocol.on_headers_complete)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]

@@ -157,3 +157,181 @@ def test_disconnect_hooks_run_only_for_a_request_still_unanswered():
             time.sleep(0.01)
 
     assert calls == ["/hang"]
+
+
+def _cycle(cls, *, method="GET", keep_alive=True, default_headers=()):
+    """A request-response cycle of `cls` writing to a recording transport (nothing else is touched by a head)."""
+    from uvicorn.protocols.http.flow_control import FlowControl
+
+    transport = _Recording()
+    return cls(
+        scope={"type": "http", "method": method},
+        transport=transport,
+        flow=FlowControl(transport),
+        logger=None,
+        access_logger=None,
+        access_log=False,
+        default_headers=list(default_headers),
+        message_event=asyncio.Event(),
+        expect_100_continue=False,
+        keep_alive=keep_alive,
+        on_response=lambda: None,
+    )
+
+
+def _head(cls, status, headers, **cycle):
+    """(bytes written, framing state) after one `http.response.start`, or the error it raised."""
+
+    async def scenario():
+        c = _cycle(cls, **cycle)
+        try:
+            await c.send({"type": "http.response.start", "status": status, "headers": headers})
+        except RuntimeError as exc:
+            return type(exc)
+        return c.transport.writes, c.chunked_encoding, c.expected_content_length, c.keep_alive
+
+    return run_async(scenario())
+
+
+HEADS = [
+    (200, [(b"content-type", b"application/json"), (b"content-length", b"42")], {}),
+    (200, [(b"Content-Type", b"text/event-stream"), (b"X-Vidai-Model", b"gpt-4o")], {}),  # no length: chunked
+    (200, [(b"transfer-encoding", b"Chunked"), (b"content-length", b"5")], {}),
+    (200, [(b"content-length", b"5"), (b"transfer-encoding", b"chunked")], {}),
+    (200, [(b"transfer-encoding", b"gzip")], {}),
+    (200, [(b"connection", b"keep-alive, Close"), (b"content-length", b"0")], {}),
+    (200, [(b"content-length", b"2")], {"keep_alive": False}),
+    (200, [(b"x-note", b"tab\tinside; fine: yes")], {"method": "HEAD"}),
+    (204, [], {}),
+    (304, [(b"etag", b'"v1"')], {"default_headers": [(b"date", b"Wed, 02 Dec 2026 06:00:00 GMT")]}),
+    (503, [(b"retry-after", b"1"), (b"x-empty", b"")], {"default_headers": [(b"server", b"uvicorn")]}),
+    (200, [(b"bad name", b"v")], {}),
+    (200, [(b"bad:name", b"v")], {}),
+    (200, [(b"x-ok", b"v"), (b"x: y", b"v")], {}),  # joined lines would read as a header "x" with value "y: v"
+    (200, [(b"x-ok", b"v"), (b"x-split", b"a\r\nx-injected: 1")], {}),
+    (200, [(b"x-nul", b"a\x00b")], {}),
+    (200, [(b"x-del", b"a\x7fb")], {}),
+    (200, [(b"x-\x01", b"v")], {}),
+    (200, [(b"x-high", "caf\u00e9".encode())], {}),
+    (200, [[b"x-as-list", b"v"], (bytearray(b"x-bytearray"), b"v"), (b"content-length", b"1")], {}),
+    (200, [[b"bad name", b"v"]], {}),
+]
+
+
+def test_the_head_from_checked_lines_is_what_uvicorn_writes_and_refuses():
+    """The same bytes, framing state and keep-alive as uvicorn's own cycle for every head above, and a
+    RuntimeError for every header uvicorn refuses (a control character, a separator in a name, CR or LF in a
+    value), whether the line was checked before or not."""
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    from gateway.server import CheckedLinesCycle
+
+    refused = 0
+    for status, headers, cycle in HEADS * 2:  # the second time, from the lines kept the first time
+        ours = _head(CheckedLinesCycle, status, headers, **cycle)
+        theirs = _head(RequestResponseCycle, status, headers, **cycle)
+        assert ours == theirs, (status, headers, cycle)
+        refused += ours is RuntimeError
+    assert refused == 16
+
+
+BODIES = [
+    ([(b"content-length", b"5")], [(b"ab", True), (b"cde", False)], {}),
+    ([(b"content-length", b"2")], [(b"abc", False)], {}),  # longer than declared
+    ([(b"content-length", b"3")], [(b"ab", False)], {}),  # shorter
+    ([], [(b"one", True), (b"", True), (b"two", False)], {}),  # chunked
+    ([], [(b"", False)], {}),
+    ([(b"transfer-encoding", b"chunked")], [(b"x" * 300, False)], {}),
+    ([(b"content-length", b"10")], [(b"", False)], {"method": "HEAD"}),
+    ([(b"content-length", b"1")], [(b"a", False), (b"b", False)], {}),  # after the end
+    ([(b"content-length", b"2")], [(b"ok", False)], {"keep_alive": False}),
+]
+
+
+def _exchange(cls, headers, bodies, **cycle):
+    """What a cycle of `cls` wrote and how it ended after a head and `bodies`, or the first error raised."""
+
+    async def scenario():
+        c = _cycle(cls, **cycle)
+        responses: list[int] = []
+        c.on_response = lambda: responses.append(1)
+        out = []
+        try:
+            await c.send({"type": "http.response.start", "status": 200, "headers": headers})
+            for body, more in bodies:
+                await c.send({"type": "http.response.body", "body": body, "more_body": more})
+        except RuntimeError as exc:
+            out.append(str(exc))
+        state = (c.response_complete, c.expected_content_length, c.message_event.is_set(), len(responses))
+        return out, c.transport.writes, c.transport.closed, state
+
+    return run_async(scenario())
+
+
+def test_bodies_are_framed_and_refused_as_uvicorn_frames_and_refuses_them():
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    from gateway.server import CheckedLinesCycle
+
+    errors = 0
+    for headers, bodies, cycle in BODIES:
+        ours = _exchange(CheckedLinesCycle, headers, bodies, **cycle)
+        assert ours == _exchange(RequestResponseCycle, headers, bodies, **cycle), (headers, bodies, cycle)
+        errors += bool(ours[0])
+    assert errors == 3
+
+
+def test_a_body_before_the_head_is_refused_as_uvicorn_refuses_it():
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    from gateway.server import CheckedLinesCycle
+
+    async def scenario(cls):
+        c = _cycle(cls)
+        try:
+            await c.send({"type": "http.response.body", "body": b"x"})
+        except RuntimeError as exc:
+            return str(exc), c.transport.writes
+        return None, c.transport.writes
+
+    ours = run_async(scenario(CheckedLinesCycle))
+    assert ours == run_async(scenario(RequestResponseCycle))
+    assert ours[0] is not None and "http.response.start" in ours[0]
+
+
+def test_the_production_protocol_serves_through_the_checked_lines_cycle():
+    seen = []
+
+    async def app(scope, receive, send):
+        if scope["type"] != "http":
+            return
+        seen.append(type(send.__self__).__name__)
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    with serve(app, http=CorkedHttpToolsProtocol, loop="uvloop") as url:
+        with httpx.Client(base_url=url) as client:
+            answers = [client.get("/") for _ in range(3)]
+
+    assert [(a.status_code, a.text) for a in answers] == [(200, "ok")] * 3
+    assert seen == ["CheckedLinesCycle"] * 3
+
+
+def test_checked_lines_are_bounded_and_a_refused_header_is_never_kept():
+    from gateway import server
+
+    async def scenario():
+        for i in range(server._CHECKED_MAX + 10):  # request ids: a value that never recurs
+            c = _cycle(server.CheckedLinesCycle)
+            await c.send({"type": "http.response.start", "status": 200, "headers": [(b"x-id", b"%d" % i)]})
+        c = _cycle(server.CheckedLinesCycle)
+        try:
+            await c.send({"type": "http.response.start", "status": 200, "headers": [(b"x-bad", b"a\nb")]})
+        except RuntimeError:
+            pass
+        return len(server._checked), (b"x-bad", b"a\nb") in server._checked, c.transport.writes
+
+    size, kept, writes = run_async(scenario())
+
+    assert 0 < size <= server._CHECKED_MAX
+    assert (kept, writes) == (False, [])
