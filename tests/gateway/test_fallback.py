@@ -1,5 +1,9 @@
 """The gateway over real sockets against the simulator: breakers, fallback, attribution headers."""
 
+import json
+import threading
+import tracemalloc
+
 import httpx
 import pytest
 
@@ -217,3 +221,47 @@ def test_drained_provider_gets_no_traffic_even_without_a_chain(gateway, world):
     assert response.status_code == 503
     assert response.json()["error"]["code"] == "circuit_held"
     assert world.sim.requests.get("openai", 0) == 0
+
+
+def test_the_fallback_gets_the_clients_body_with_only_the_model_changed(gateway, world):
+    open_circuit(gateway, world)
+    body = {
+        **BODY,
+        "temperature": 0.25,
+        "metadata": {"model": "not this one", "note": "caf\u00e9 \u2603"},
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": {"model": {"type": "string"}}}}],
+    }
+
+    response = post(gateway, world, body)
+
+    assert response.status_code == 200
+    assert vidai(response)["x-vidai-model"] == "claude"
+    assert json.loads(world.sim.last_bodies["backup"]) == {**body, "model": "claude"}
+
+
+def test_no_parsed_body_is_alive_while_a_fallback_streams(gateway, world):
+    """A small body renamed for the fallback: while the fallback streams, nothing the parse allocated
+    (gateway/bodies.py) is alive."""
+    open_circuit(gateway, world)
+    gate = world.sim.gates["backup"] = threading.Event()
+    body = {**BODY, "stream": True, "messages": [{"role": "user", "content": "w " * 10_000}]}  # 20 kB, parsed in the loop
+    tracemalloc.start()
+    try:
+        with httpx.stream(
+            "POST", f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(world.secret), timeout=30
+        ) as response:
+            chunks = response.iter_raw()
+            first = next(chunks)  # the simulator now holds the stream at the gate
+            snapshot = tracemalloc.take_snapshot()
+            gate.set()
+            rest = b"".join(chunks)
+    finally:
+        gate.set()
+        tracemalloc.stop()
+
+    alive = sum(
+        stat.size for stat in snapshot.statistics("filename") if stat.traceback[0].filename.endswith("bodies.py")
+    )
+    assert response.headers["x-vidai-fallback"] == "true"
+    assert first and rest.rstrip().endswith(b"[DONE]")
+    assert alive < 2_000  # the body's text alone is 20,000 bytes
