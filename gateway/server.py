@@ -86,9 +86,11 @@ class CorkedTransport:
 
 
 # Checked header lines: (name, value) -> (the line as written, the lowercased name when it is one that frames
-# the response, else None). Bounded: emptied when full, so values that never recur (request ids) cannot grow it.
+# the response, else None). Bounded: emptied when full, so values that never recur (request ids) cannot grow it,
+# and a line longer than _CHECKED_LINE is checked each time instead (an upstream's header can be large).
 _FRAMING = frozenset((b"content-length", b"transfer-encoding", b"connection"))
 _CHECKED_MAX = 4096
+_CHECKED_LINE = 256
 _checked: dict[tuple[bytes, bytes], tuple[bytes, bytes | None]] = {}
 
 
@@ -99,12 +101,14 @@ def _checked_line(pair: Any) -> tuple[bytes, bytes | None]:
         raise RuntimeError("Invalid HTTP header name.")
     if HEADER_VALUE_RE.search(value):
         raise RuntimeError("Invalid HTTP header value.")
-    lowered = bytes(name).lower()
+    lowered = bytes(name.lower())  # a name without lower() fails here as it does in uvicorn
     checked = (b"".join((lowered, b": ", value, b"\r\n")), lowered if lowered in _FRAMING else None)
-    if len(_checked) >= _CHECKED_MAX:
-        _checked.clear()
-    with contextlib.suppress(TypeError):  # a pair that is a list, or holds a bytearray: checked each time
-        _checked[pair] = checked
+    if len(checked[0]) <= _CHECKED_LINE:
+        if len(_checked) >= _CHECKED_MAX:
+            _checked.clear()
+        # A pair that is a list, or holds a bytearray or a writable memoryview, is not hashable: checked each time.
+        with contextlib.suppress(TypeError, ValueError):
+            _checked[pair] = checked
     return checked
 
 
@@ -135,7 +139,7 @@ class CheckedLinesCycle(RequestResponseCycle):
         for pair in (*self.default_headers, *message.get("headers", ())):
             try:
                 checked = _checked.get(pair)
-            except TypeError:  # not hashable (see _checked_line)
+            except (TypeError, ValueError):  # not hashable (see _checked_line)
                 checked = None
             line, framing = checked or _checked_line(pair)
             if framing is not None:

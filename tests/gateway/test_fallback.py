@@ -244,7 +244,8 @@ def test_no_parsed_body_is_alive_while_a_fallback_streams(gateway, world):
     (gateway/bodies.py) is alive."""
     open_circuit(gateway, world)
     gate = world.sim.gates["backup"] = threading.Event()
-    body = {**BODY, "stream": True, "messages": [{"role": "user", "content": "w " * 10_000}]}  # 20 kB, parsed in the loop
+    # 20 kB: small enough to be parsed in the event loop
+    body = {**BODY, "stream": True, "messages": [{"role": "user", "content": "w " * 10_000}]}
     tracemalloc.start()
     try:
         with httpx.stream(

@@ -187,7 +187,7 @@ def _head(cls, status, headers, **cycle):
         try:
             await c.send({"type": "http.response.start", "status": status, "headers": headers})
         except RuntimeError as exc:
-            return type(exc)
+            return RuntimeError, str(exc), c.response_started, c.transport.writes
         return c.transport.writes, c.chunked_encoding, c.expected_content_length, c.keep_alive
 
     return run_async(scenario())
@@ -215,6 +215,9 @@ HEADS = [
     (200, [(b"x-high", "caf\u00e9".encode())], {}),
     (200, [[b"x-as-list", b"v"], (bytearray(b"x-bytearray"), b"v"), (b"content-length", b"1")], {}),
     (200, [[b"bad name", b"v"]], {}),
+    (200, [(b"x-ok", b"v"), (b"x-ok", b"v\r\nx-injected: 1")], {}),  # a name already checked, a value not
+    (200, [(b"x-long", b"v" * 1000)], {}),
+    (200, [(b"x-view", memoryview(bytearray(b"v"))), (b"x-view-bad", memoryview(bytearray(b"a\nb")))], {}),
 ]
 
 
@@ -224,15 +227,19 @@ def test_the_head_from_checked_lines_is_what_uvicorn_writes_and_refuses():
     value), whether the line was checked before or not."""
     from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
+    from gateway import server
     from gateway.server import CheckedLinesCycle
 
+    server._checked.clear()
     refused = 0
     for status, headers, cycle in HEADS * 2:  # the second time, from the lines kept the first time
         ours = _head(CheckedLinesCycle, status, headers, **cycle)
         theirs = _head(RequestResponseCycle, status, headers, **cycle)
         assert ours == theirs, (status, headers, cycle)
-        refused += ours is RuntimeError
-    assert refused == 16
+        refused += ours[0] is RuntimeError
+    assert refused == 20
+    assert (b"X-Vidai-Model", b"gpt-4o") in server._checked  # the second time came from the kept lines
+    assert not any(name == b"x-long" for name, _ in server._checked)  # too long to keep
 
 
 BODIES = [
@@ -335,3 +342,48 @@ def test_checked_lines_are_bounded_and_a_refused_header_is_never_kept():
 
     assert 0 < size <= server._CHECKED_MAX
     assert (kept, writes) == (False, [])
+
+
+def test_a_paused_or_lost_connection_and_messages_out_of_order_go_to_uvicorns_send():
+    """Waiting for a paused transport, nothing written to a lost client, a second head or a head without
+    headers: the same as uvicorn's own cycle."""
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    from gateway.server import CheckedLinesCycle
+
+    start = {"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]}
+    body = {"type": "http.response.body", "body": b"ok"}
+
+    async def paused(cls):
+        c = _cycle(cls)
+        c.flow.pause_writing()
+        sending = asyncio.ensure_future(c.send(start))
+        await asyncio.sleep(0)
+        waited = (sending.done(), list(c.transport.writes))
+        c.flow.resume_writing()
+        await sending
+        await c.send(body)
+        return waited, c.transport.writes
+
+    async def lost(cls):
+        c = _cycle(cls)
+        c.disconnected = True
+        await c.send(start)
+        await c.send(body)
+        return c.transport.writes
+
+    async def out_of_order(cls):
+        c = _cycle(cls)
+        await c.send({"type": "http.response.start", "status": 204})  # no headers key
+        try:
+            await c.send(start)
+        except RuntimeError as exc:
+            return c.transport.writes, str(exc)
+        return c.transport.writes, None
+
+    for scenario in (paused, lost, out_of_order):
+        ours = run_async(scenario(CheckedLinesCycle))
+        assert ours == run_async(scenario(RequestResponseCycle)), scenario.__name__
+    assert run_async(paused(CheckedLinesCycle))[0] == (False, [])
+    assert run_async(lost(CheckedLinesCycle)) == []
+    assert run_async(out_of_order(CheckedLinesCycle))[1] is not None
