@@ -98,6 +98,7 @@ class GatewayApp:
             engine=lambda: self.engine,
             adapter=self._adapter,
             renamed=self._renamed,
+            renamed_now=_renamed_now,
             release_body=self._release_body,
             log=self._log,
             deadline_seconds=deadline_seconds,
@@ -535,14 +536,9 @@ class GatewayApp:
         return await self._in_thread(wide_numbers, raw)
 
     async def _renamed(self, raw: bytes, model: str) -> bytes:
-        def rename() -> bytes:
-            payload = orjson.loads(raw)
-            payload["model"] = model
-            return orjson.dumps(payload)
-
-        if len(raw) <= THREAD_BYTES and raw.count(b",") <= THREAD_VALUES:
-            return rename()
-        return await self._in_thread(rename)
+        """The body for another model: parsed again and re-serialised, in a worker thread when large."""
+        small = _renamed_now(raw, model)
+        return small if small is not None else await self._in_thread(_with_model, raw, model)
 
     def _adapter(self, provider: ProviderInfo) -> Adapter:
         """One adapter per provider configuration, one connection pool per provider."""
@@ -608,6 +604,20 @@ class GatewayApp:
             "error_kind": call.error_kind,
             "attempts": call.attempts,
         }
+
+
+def _with_model(raw: bytes, model: str) -> bytes:
+    payload = orjson.loads(raw)
+    payload["model"] = model
+    return orjson.dumps(payload)
+
+
+def _renamed_now(raw: bytes, model: str) -> bytes | None:
+    """The body for another model when it is small enough to re-serialise in the event loop, else None (then
+    GatewayApp._renamed does it in a worker thread). A plain call: the common case costs no coroutine."""
+    if len(raw) <= THREAD_BYTES and raw.count(b",") <= THREAD_VALUES:
+        return _with_model(raw, model)
+    return None
 
 
 def _may_rename(route: Route, model: str) -> bool:
