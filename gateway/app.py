@@ -97,8 +97,8 @@ class GatewayApp:
         self.attempts = AttemptLoop(
             engine=lambda: self.engine,
             adapter=self._adapter,
-            renamed=self._renamed,
             renamed_now=_renamed_now,
+            renamed_in_thread=self._renamed_in_thread,
             release_body=self._release_body,
             log=self._log,
             deadline_seconds=deadline_seconds,
@@ -535,10 +535,10 @@ class GatewayApp:
             return wide_numbers(raw)
         return await self._in_thread(wide_numbers, raw)
 
-    async def _renamed(self, raw: bytes, model: str) -> bytes:
-        """The body for another model: parsed again and re-serialised, in a worker thread when large."""
-        small = _renamed_now(raw, model)
-        return small if small is not None else await self._in_thread(_with_model, raw, model)
+    async def _renamed_in_thread(self, raw: bytes, model: str) -> bytes:
+        """The body for another model, parsed again and re-serialised in a worker thread (one too large for
+        `_renamed_now`)."""
+        return await self._in_thread(_with_model, raw, model)
 
     def _adapter(self, provider: ProviderInfo) -> Adapter:
         """One adapter per provider configuration, one connection pool per provider."""
@@ -614,7 +614,7 @@ def _with_model(raw: bytes, model: str) -> bytes:
 
 def _renamed_now(raw: bytes, model: str) -> bytes | None:
     """The body for another model when it is small enough to re-serialise in the event loop, else None (then
-    GatewayApp._renamed does it in a worker thread). A plain call: the common case costs no coroutine."""
+    GatewayApp._renamed_in_thread does it). A plain call: the common case costs no coroutine."""
     if len(raw) <= THREAD_BYTES and raw.count(b",") <= THREAD_VALUES:
         return _with_model(raw, model)
     return None

@@ -132,8 +132,8 @@ class AttemptLoop:
         *,
         engine: Callable[[], BreakerEngine],
         adapter: Callable[[ProviderInfo], Adapter],
-        renamed: Callable[[bytes, str], Awaitable[bytes]],
         renamed_now: Callable[[bytes, str], bytes | None],
+        renamed_in_thread: Callable[[bytes, str], Awaitable[bytes]],
         release_body: Callable[[Exchange], None],
         log: Callable[[Exchange], None],
         deadline_seconds: float,
@@ -143,9 +143,9 @@ class AttemptLoop:
     ) -> None:
         self._engine = engine
         self._adapter = adapter
-        self._renamed = renamed
-        # The same, at once, for a body small enough (None otherwise): most renames need no coroutine.
+        # The body renamed for another model: at once when it is small (None otherwise), else in a worker thread.
         self._renamed_now = renamed_now
+        self._renamed_in_thread = renamed_in_thread
         self._release_body = release_body
         self._log = log
         self.deadline = deadline_seconds
@@ -255,7 +255,9 @@ class AttemptLoop:
         # Exactly what was validated goes upstream, in one copy: the raw bytes (no key repeats, so they say
         # what the parsed object said) unless the model changes, then the body parsed again and re-serialised.
         if target.model != call.requested_model:
-            call.raw = self._renamed_now(call.raw, target.model) or await self._renamed(call.raw, target.model)
+            call.raw = self._renamed_now(call.raw, target.model) or await self._renamed_in_thread(
+                call.raw, target.model
+            )
         # The transport holds the only reference from here and drops it once the bytes are written.
         body = RequestBody(call.raw, on_sent=lambda: self._release_body(call))
         call.raw = b""
@@ -518,7 +520,7 @@ class AttemptLoop:
         if stream is None:
             if model == call.requested_model:
                 return original
-            return self._renamed_now(original, model) or await self._renamed(original, model)
+            return self._renamed_now(original, model) or await self._renamed_in_thread(original, model)
         payload = orjson.loads(original)
         payload["model"] = model
         text = "".join(stream.text)

@@ -1,10 +1,13 @@
 """A catalog pointing at a live simulator, and a live gateway with a hand-driven clock."""
 
+import threading
+import tracemalloc
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import httpx
 import pytest
 
 from catalog.models import LlmModel, Provider
@@ -114,3 +117,26 @@ def production_server_gateway(world):
     from gateway.server import CorkedHttpToolsProtocol
 
     yield from _gateway(http=CorkedHttpToolsProtocol, loop="uvloop")
+
+
+def parsed_alive_during_stream(
+    url: str, gate: threading.Event, headers: dict[str, str], **request: Any
+) -> tuple[httpx.Response, bytes, bytes, int]:
+    """POST a streaming chat request (`json=` or `content=`) whose upstream holds its stream at `gate`; while it
+    is held, the bytes still alive that gateway/bodies.py allocated (the parse). Returns (response, first chunk,
+    the rest, those bytes); the gate is always released."""
+    tracemalloc.start()
+    try:
+        with httpx.stream("POST", f"{url}/v1/chat/completions", headers=headers, timeout=60, **request) as response:
+            chunks = response.iter_raw()
+            first = next(chunks)  # the simulator now holds the stream at the gate
+            snapshot = tracemalloc.take_snapshot()
+            gate.set()
+            rest = b"".join(chunks)
+    finally:
+        gate.set()
+        tracemalloc.stop()
+    alive = sum(
+        stat.size for stat in snapshot.statistics("filename") if stat.traceback[0].filename.endswith("bodies.py")
+    )
+    return response, first, rest, alive

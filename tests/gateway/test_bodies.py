@@ -20,7 +20,7 @@ from gateway.logsink import LogSink
 from health.breaker.factory import build_engine
 from health.breaker.types import ConfigSet, ManualClock
 from requestlogs.models import RequestLog
-from tests.gateway.conftest import TEST_BREAKER
+from tests.gateway.conftest import TEST_BREAKER, parsed_alive_during_stream
 from tests.servers import run_async, serve
 
 MIB = 1024 * 1024
@@ -438,29 +438,11 @@ def test_the_parsed_body_is_gone_while_the_upstream_streams(world):
         {"model": "claude", "stream": True, "messages": [user(f"message {i} " + "w " * 300) for i in range(2048)]}
     )
     gate = world.sim.gates["backup"] = threading.Event()
-    app = gateway_app()
-    with serve(app, lifespan=True) as url:
-        tracemalloc.start()
-        try:
-            with httpx.stream(
-                "POST",
-                f"{url}/v1/chat/completions",
-                content=body,
-                headers={"authorization": f"Bearer {world.secret}"},
-                timeout=60,
-            ) as response:
-                chunks = response.iter_raw()
-                first = next(chunks)  # the simulator now holds the stream at the gate
-                snapshot = tracemalloc.take_snapshot()
-                gate.set()
-                rest = b"".join(chunks)
-        finally:
-            gate.set()
-            tracemalloc.stop()
+    with serve(gateway_app(), lifespan=True) as url:
+        response, first, rest, alive = parsed_alive_during_stream(
+            url, gate, {"authorization": f"Bearer {world.secret}"}, content=body
+        )
 
-    alive = sum(
-        stat.size for stat in snapshot.statistics("filename") if stat.traceback[0].filename.endswith("bodies.py")
-    )
     assert response.status_code == 200
     assert first and rest.rstrip().endswith(b"[DONE]")
     print(f"parsed body alive during the stream: {alive / MIB:.2f} MiB (the body: {len(body) / MIB:.1f} MiB)")

@@ -2,7 +2,6 @@
 
 import json
 import threading
-import tracemalloc
 
 import httpx
 import pytest
@@ -10,7 +9,7 @@ import pytest
 from chains.models import FallbackChain
 from chains.services import chain_set_enabled
 from health.breaker.types import ConfigSet, Control, ControlKind, Outcome, State
-from tests.gateway.conftest import TEST_BREAKER
+from tests.gateway.conftest import TEST_BREAKER, parsed_alive_during_stream
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -239,6 +238,19 @@ def test_the_fallback_gets_the_clients_body_with_only_the_model_changed(gateway,
     assert json.loads(world.sim.last_bodies["backup"]) == {**body, "model": "claude"}
 
 
+def test_a_body_with_many_values_is_renamed_for_the_fallback_in_a_worker_thread(gateway, world):
+    """6,000 values in 53 kB: over the event loop's value limit, so the rename goes to a worker thread
+    (the byte limit leads there too, but this gateway's body limit is the same 64 KiB)."""
+    open_circuit(gateway, world)
+    body = {**BODY, "logit_bias": {str(n): 1 for n in range(6_000)}}
+
+    response = post(gateway, world, body)
+
+    assert response.status_code == 200
+    assert vidai(response)["x-vidai-model"] == "claude"
+    assert json.loads(world.sim.last_bodies["backup"]) == {**body, "model": "claude"}
+
+
 def test_no_parsed_body_is_alive_while_a_fallback_streams(gateway, world):
     """A small body renamed for the fallback: while the fallback streams, nothing the parse allocated
     (gateway/bodies.py) is alive."""
@@ -246,23 +258,10 @@ def test_no_parsed_body_is_alive_while_a_fallback_streams(gateway, world):
     gate = world.sim.gates["backup"] = threading.Event()
     # 20 kB: small enough to be parsed in the event loop
     body = {**BODY, "stream": True, "messages": [{"role": "user", "content": "w " * 10_000}]}
-    tracemalloc.start()
-    try:
-        with httpx.stream(
-            "POST", f"{gateway.url}/v1/chat/completions", json=body, headers=gateway.headers(world.secret), timeout=30
-        ) as response:
-            chunks = response.iter_raw()
-            first = next(chunks)  # the simulator now holds the stream at the gate
-            snapshot = tracemalloc.take_snapshot()
-            gate.set()
-            rest = b"".join(chunks)
-    finally:
-        gate.set()
-        tracemalloc.stop()
-
-    alive = sum(
-        stat.size for stat in snapshot.statistics("filename") if stat.traceback[0].filename.endswith("bodies.py")
+    response, first, rest, alive = parsed_alive_during_stream(
+        gateway.url, gate, gateway.headers(world.secret), json=body
     )
+
     assert response.headers["x-vidai-fallback"] == "true"
     assert first and rest.rstrip().endswith(b"[DONE]")
     assert alive < 2_000  # the body's text alone is 20,000 bytes
