@@ -5,6 +5,7 @@ import os
 
 import pytest
 from django.contrib.auth.models import Group
+from django.core.cache import cache
 from django.test import Client
 
 from tests.factories import LlmModelFactory, ProviderFactory
@@ -16,6 +17,14 @@ os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PASSWORD = "correct-horse-battery"
+
+
+@pytest.fixture(autouse=True)
+def _empty_cache():
+    """Every test starts with an empty Django cache. The test settings' cache lives in the process, so
+    without this a test reads what an earlier one cached: the alerts banner (kept 5 s) would show another
+    test's alerts, and could expire in the middle of a test that counts queries."""
+    cache.clear()
 
 
 def _make_user(django_user_model, username: str, role: str | None, **extra):

@@ -451,7 +451,14 @@ def test_list_query_count_does_not_grow_with_rows(log_catalog, admin_client):
         response = admin_client.get(LIST_URL)
 
     assert len(shown(response)) == 3
-    assert len(three.captured_queries) == len(one.captured_queries)
+    assert len(three.captured_queries) == len(one.captured_queries), "\n".join(
+        [
+            "one row:",
+            *(q["sql"] for q in one.captured_queries),
+            "three rows:",
+            *(q["sql"] for q in three.captured_queries),
+        ]
+    )
 
 
 def test_empty_states(log_catalog, admin_client, user_client, django_user_model):
