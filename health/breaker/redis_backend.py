@@ -116,12 +116,13 @@ class _Mirror:
         "hold_until",
         "opened_at",
         "probe_at",
+        "refuse_until",
         "refused",
         "seq",
         "state",
     )
 
-    def __init__(self, provider: str, model: str, f: _Fields | None, seq: int = 0) -> None:
+    def __init__(self, provider: str, model: str, f: _Fields | None, seq: int = 0, probe_timeout_ms: int = 0) -> None:
         self.seq = seq  # value of the engine's update counter when this entry was written
         self.state = f.state if f else State.CLOSED
         self.gen = f.gen if f else 0
@@ -130,9 +131,23 @@ class _Mirror:
         self.opened_at = f.opened_at if f else None
         self.consec = f.consec if f else 0
         self.hold_until = 0  # estimated Redis ms: refuse locally until then (a grant was refused as late)
+        # Estimated Redis ms before which this process refuses without asking Redis: the latest of the open
+        # circuit's cooldown end, the in-flight probe's expiry (half-open) and the late-grant hold. One
+        # comparison on the hot path instead of three.
+        refuse_until = 0
+        if self.state is State.OPEN and self.cooldown_until is not None:
+            refuse_until = self.cooldown_until
+        elif self.state is State.HALF_OPEN and self.probe_at is not None:
+            refuse_until = self.probe_at + probe_timeout_ms
+        self.refuse_until = refuse_until
         self.decision = Decision(provider, model, True, State.CLOSED, False, self.gen)
         self.refused = Decision(provider, model, False, self.state, False, self.gen)
         self.held = Decision(provider, model, False, State.OPEN, False, self.gen)  # under an operator's hold
+
+    def hold(self, until: int) -> None:
+        """Refuse locally until `until` (estimated Redis ms) whatever the state says (a late grant)."""
+        self.hold_until = until
+        self.refuse_until = max(self.refuse_until, until)
 
 
 def _ms(seconds: float) -> int:
@@ -296,6 +311,9 @@ class RedisEngine(BreakerEngine):
             entry = self._mirror.setdefault(key, _Mirror(provider, model, None))
         if entry.state is State.CLOSED:
             return entry.decision
+        # _now_estimate_ms(), inline: an open circuit's refusal costs no further call.
+        if round(self._clock.now() * 1000) + self._offset_ms < entry.refuse_until:
+            return entry.refused
         return self._allow_slow(provider, model, entry)
 
     def record(self, decision: Decision, outcome: Outcome) -> None:
@@ -330,6 +348,9 @@ class RedisEngine(BreakerEngine):
             entry = self._mirror.setdefault(key, _Mirror(provider, model, None))
         if entry.state is State.CLOSED:
             return entry.decision
+        # _now_estimate_ms(), inline: an open circuit's refusal costs no further call.
+        if round(self._clock.now() * 1000) + self._offset_ms < entry.refuse_until:
+            return entry.refused
         return self._allow_slow(provider, model, entry)
 
     def _held(self, config: ConfigSet, provider: str, model: str) -> Decision | None:
@@ -342,14 +363,7 @@ class RedisEngine(BreakerEngine):
         return entry.held
 
     def _allow_slow(self, provider: str, model: str, entry: _Mirror) -> Decision:
-        now = self._now_estimate_ms()
-        if entry.state is State.OPEN and entry.cooldown_until is not None and now < entry.cooldown_until:
-            return entry.refused
-        probe_at = entry.probe_at
-        if entry.state is State.HALF_OPEN and probe_at is not None and now < probe_at + self._probe_timeout_ms:
-            return entry.refused
-        if now < entry.hold_until:
-            return entry.refused
+        """allow() for a circuit that is not closed and whose local refusal (`refuse_until`) has run out."""
         # The cooldown may be over (by Redis TIME): only Redis can hand out the single probe slot.
         ticket = secrets.token_hex(8)
         try:
@@ -417,7 +431,7 @@ class RedisEngine(BreakerEngine):
         with self._mirror_lock:
             entry = self._mirror.get((provider, model))
             if entry is not None and entry.gen == gen:
-                entry.hold_until = hold_until
+                entry.hold(hold_until)
         with self._state_lock:
             if self._remeasuring:
                 return
@@ -466,9 +480,9 @@ class RedisEngine(BreakerEngine):
             # Generations only grow; an older message arriving late must not roll the mirror back.
             if current is None or fields.gen >= current.gen:
                 self._update_seq += 1
-                fresh = _Mirror(provider, model, fields, self._update_seq)
+                fresh = _Mirror(provider, model, fields, self._update_seq, self._probe_timeout_ms)
                 if current is not None and fields.gen == current.gen:
-                    fresh.hold_until = current.hold_until  # nothing changed: keep a late grant's hold
+                    fresh.hold(current.hold_until)  # nothing changed: keep a late grant's hold
                 self._mirror[key] = fresh
 
     def _keep_abandoned(self, items: list[tuple[str, str, str]]) -> None:
@@ -554,7 +568,8 @@ class RedisEngine(BreakerEngine):
         for (provider, model), row in zip(pairs, rows, strict=True):
             if row[0] is None:
                 continue
-            mirror[(provider, model)] = _Mirror(provider, model, _Fields([v or "" for v in row]))
+            fields = _Fields([v or "" for v in row])
+            mirror[(provider, model)] = _Mirror(provider, model, fields, probe_timeout_ms=self._probe_timeout_ms)
         with self._mirror_lock:
             # Keep entries updated while we were reading if they are newer than what we read.
             for key, entry in self._mirror.items():

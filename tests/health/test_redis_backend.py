@@ -89,6 +89,36 @@ def test_closed_circuit_is_decided_without_a_round_trip(redis_url, namespace, en
     assert degraded is False
 
 
+def test_open_and_probing_circuits_are_refused_without_a_round_trip(redis_url, namespace, engines):
+    """Inside the cooldown, and while the one probe is in flight (half-open, before the probe timeout), this
+    process refuses from its mirror: a cut network is never noticed."""
+    clock = ManualClock(T0)
+    engine = redis_engine(engines, redis_url, namespace, clock, probe_timeout_seconds=10)
+    trip(engine)
+    assert engine.flush()
+    cooldown_until = engine.get(P, M).cooldown_until.timestamp()
+    dead = redis_engine(engines, closed_port_url(), namespace, clock)
+    real = engine._client, engine._fast
+
+    def refused_offline(at: float) -> tuple[set[tuple[bool, State]], bool]:
+        clock.set(at)
+        engine._client, engine._fast = dead._client, dead._fast
+        try:
+            decisions = {(d.allowed, d.state) for d in (engine.allow(P, M) for _ in range(50))}
+            return decisions, engine.degraded
+        finally:
+            engine._client, engine._fast = real
+
+    in_cooldown = refused_offline(cooldown_until - 0.002)
+    clock.set(cooldown_until)
+    probe = engine.allow(P, M)
+    probing = refused_offline(cooldown_until + 9.99)
+
+    assert in_cooldown == ({(False, State.OPEN)}, False)
+    assert (probe.allowed, probe.probe) == (True, True)
+    assert probing == ({(False, State.HALF_OPEN)}, False)
+
+
 def test_redis_down_never_raises_and_decides_locally(engines, caplog):
     caplog.set_level(logging.WARNING, logger="health.breaker.redis_backend")
     clock = ManualClock(T0)
