@@ -471,7 +471,7 @@ class GatewayApp:
     async def _parse(self, raw: bytes) -> tuple[dict[str, Any], bool]:
         """parse_body; a large or many-valued body in a worker thread, one at a time (see _in_thread)."""
         try:
-            if len(raw) <= THREAD_BYTES and raw.count(b",") <= THREAD_VALUES:
+            if _small(raw):
                 return parse_body(raw, self.limits)
             return await self._in_thread(functools.partial(parse_body, raw, self.limits, slice_bytes=MIB))
         except BodyError as exc:
@@ -615,9 +615,14 @@ def _with_model(raw: bytes, model: str) -> bytes:
 def _renamed_now(raw: bytes, model: str) -> bytes | None:
     """The body for another model when it is small enough to re-serialise in the event loop, else None (then
     GatewayApp._renamed_in_thread does it). A plain call: the common case costs no coroutine."""
-    if len(raw) <= THREAD_BYTES and raw.count(b",") <= THREAD_VALUES:
-        return _with_model(raw, model)
-    return None
+    return _with_model(raw, model) if _small(raw) else None
+
+
+def _small(raw: bytes) -> bool:
+    """Whether a body is small enough to parse or re-serialise in the event loop: at most THREAD_BYTES bytes
+    and THREAD_VALUES commas. A body shorter than THREAD_VALUES bytes cannot hold more commas: not counted."""
+    size = len(raw)
+    return size <= THREAD_VALUES or (size <= THREAD_BYTES and raw.count(b",") <= THREAD_VALUES)
 
 
 def _may_rename(route: Route, model: str) -> bool:
