@@ -880,15 +880,36 @@ def _attempt_record(call: Exchange, served: Target) -> dict[str, Any]:
     return record
 
 
+# (requested model, served model, fallback-from provider or None) -> the attribution headers other than the
+# request id, built once. The keys come from configured routes only; the bound is a backstop.
+_ATTRIBUTION: dict[tuple[str, str, str | None], tuple[tuple[bytes, bytes], tuple[tuple[bytes, bytes], ...]]] = {}
+_ATTRIBUTION_MAX = 4096
+
+
 def _attribution(call: Exchange, target: Target) -> list[tuple[bytes, bytes]]:
+    """The response's x-vidai- headers for `target` (x-vidai-attempts is added by the caller)."""
     assert call.route is not None
-    headers = [(b"x-vidai-model", target.model.encode()), (b"x-vidai-request-id", call.request_id.encode())]
-    if call.requested_model != target.model:
-        headers.append((b"x-vidai-requested-model", call.requested_model.encode()))
-    if call.fallback:
-        headers.append((b"x-vidai-fallback", b"true"))
-        headers.append((b"x-vidai-fallback-from", call.route.primary.provider.encode()))
-    return headers
+    key = (call.requested_model, target.model, call.route.primary.provider if call.fallback else None)
+    built = _ATTRIBUTION.get(key)
+    if built is None:
+        built = _attribution_built(*key)
+        if len(_ATTRIBUTION) >= _ATTRIBUTION_MAX:
+            _ATTRIBUTION.clear()
+        _ATTRIBUTION[key] = built
+    model, rest = built
+    return [model, (b"x-vidai-request-id", call.request_id.encode()), *rest]
+
+
+def _attribution_built(
+    requested: str, served: str, fallback_from: str | None
+) -> tuple[tuple[bytes, bytes], tuple[tuple[bytes, bytes], ...]]:
+    rest = []
+    if requested != served:
+        rest.append((b"x-vidai-requested-model", requested.encode()))
+    if fallback_from is not None:
+        rest.append((b"x-vidai-fallback", b"true"))
+        rest.append((b"x-vidai-fallback-from", fallback_from.encode()))
+    return (b"x-vidai-model", served.encode()), tuple(rest)
 
 
 def _attempts(call: Exchange) -> tuple[bytes, bytes]:
