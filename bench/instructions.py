@@ -62,36 +62,38 @@ def callgrind(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
 
 
+def dumps(prefix: Path, label: str) -> dict[Path, str]:
+    """The dump files named `label` and their text (one file per thread; the first thread, `-01`, is the one
+    uvicorn's event loop runs in)."""
+    found = {}
+    for path in prefix.parent.glob(prefix.name + "*"):
+        text = path.read_text(errors="replace")
+        if f"Trigger: dump {label}\n" in text:
+            found[path] = text
+    return found
+
+
 def counted(prefix: Path, label: str, timeout: float = 60) -> tuple[int, int]:
-    """(event-loop thread, other threads) instructions in the dump named `label` (one file per thread; the
-    first thread, `-01`, is the one uvicorn's event loop runs in)."""
+    """(event-loop thread, other threads) instructions in the dump named `label`, once it is written."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         main = other = 0
-        found = False
-        for path in prefix.parent.glob(prefix.name + "*"):
-            text = path.read_text(errors="replace")
-            if f"Trigger: dump {label}\n" not in text:
-                continue
-            found = True
+        for path, text in dumps(prefix, label).items():
             total = _TOTALS.search(text)
             count = int(total.group(1)) if total else 0
             if path.name.endswith("-01"):
                 main = count
             else:
                 other += count
-        if found and main:
+        if main:
             return main, other
         time.sleep(0.5)
     raise SystemExit(f"no callgrind dump named {label}")
 
 
 def loop_dump(prefix: Path, label: str) -> Path:
-    """The event-loop thread's dump file named `label`."""
-    for path in prefix.parent.glob(prefix.name + "*-01"):
-        if f"Trigger: dump {label}\n" in path.read_text(errors="replace"):
-            return path
-    raise SystemExit(f"no callgrind dump named {label}")
+    """The event-loop thread's dump file named `label` (written: `counted` has read it)."""
+    return next(path for path in dumps(prefix, label) if path.name.endswith("-01"))
 
 
 _INCLUSIVE = re.compile(r"\s*([\d,]+) \([^)]*\)\s+\?\?\?:0x([0-9a-f]+)")

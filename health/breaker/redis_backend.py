@@ -122,7 +122,7 @@ class _Mirror:
         "state",
     )
 
-    def __init__(self, provider: str, model: str, f: _Fields | None, seq: int = 0, probe_timeout_ms: int = 0) -> None:
+    def __init__(self, provider: str, model: str, f: _Fields | None, seq: int = 0, *, probe_timeout_ms: int) -> None:
         self.seq = seq  # value of the engine's update counter when this entry was written
         self.state = f.state if f else State.CLOSED
         self.gen = f.gen if f else 0
@@ -304,11 +304,15 @@ class RedisEngine(BreakerEngine):
 
     def allow(self, provider: str, model: str) -> Decision:
         if self._detour:
-            return self._allow_detour(provider, model)
+            detoured = self._detoured(provider, model)
+            if detoured is not None:
+                return detoured
         key = (provider, model)
         entry = self._mirror.get(key)
         if entry is None:
-            entry = self._mirror.setdefault(key, _Mirror(provider, model, None))
+            entry = self._mirror.setdefault(
+                key, _Mirror(provider, model, None, probe_timeout_ms=self._probe_timeout_ms)
+            )
         if entry.state is State.CLOSED:
             return entry.decision
         # _now_estimate_ms(), inline: an open circuit's refusal costs no further call.
@@ -330,8 +334,9 @@ class RedisEngine(BreakerEngine):
         # Test mode stamps the outcome now; production lets the script read Redis TIME.
         self._queue.put((decision, outcome, self._clock.now() if self._time_override else None))
 
-    def _allow_detour(self, provider: str, model: str) -> Decision:
-        """allow() while holds are configured or Redis is unreachable."""
+    def _detoured(self, provider: str, model: str) -> Decision | None:
+        """While holds are configured or Redis is unreachable: a held circuit's refusal, or the local decision
+        when degraded; None when the mirror decides as usual."""
         # An operator's hold refuses every call and every probe, degraded or not. Holds on other circuits
         # cost two dict lookups.
         config = self._config
@@ -342,16 +347,7 @@ class RedisEngine(BreakerEngine):
                 return held
         if self._degraded:
             return self._local_allow(provider, model)
-        key = (provider, model)
-        entry = self._mirror.get(key)
-        if entry is None:
-            entry = self._mirror.setdefault(key, _Mirror(provider, model, None))
-        if entry.state is State.CLOSED:
-            return entry.decision
-        # _now_estimate_ms(), inline: an open circuit's refusal costs no further call.
-        if round(self._clock.now() * 1000) + self._offset_ms < entry.refuse_until:
-            return entry.refused
-        return self._allow_slow(provider, model, entry)
+        return None
 
     def _held(self, config: ConfigSet, provider: str, model: str) -> Decision | None:
         """The refusal of a circuit under an operator's hold at the engine clock's now, else None."""
@@ -480,7 +476,7 @@ class RedisEngine(BreakerEngine):
             # Generations only grow; an older message arriving late must not roll the mirror back.
             if current is None or fields.gen >= current.gen:
                 self._update_seq += 1
-                fresh = _Mirror(provider, model, fields, self._update_seq, self._probe_timeout_ms)
+                fresh = _Mirror(provider, model, fields, self._update_seq, probe_timeout_ms=self._probe_timeout_ms)
                 if current is not None and fields.gen == current.gen:
                     fresh.hold(current.hold_until)  # nothing changed: keep a late grant's hold
                 self._mirror[key] = fresh
