@@ -6,7 +6,8 @@ from a SQLite file this script prepares), drives both with wrk (C, so the load
 generator is not the bottleneck), and prints requests/s and p50/p99 latency at
 concurrency 1, 16 and 64, the same with the primary failing and fallback serving
 (the chain's resilience policy off, the default, and on, in slices alternating with the healthy runs),
-streaming time to first byte, resident memory and CPU time per request; then the cross-protocol paths
+streaming time to first byte (chunks back to back, and paced 10 ms apart as a model's tokens come), resident
+memory and CPU time per request; then the cross-protocol paths
 (issue 11: an OpenAI client to an Anthropic upstream, an Anthropic client to an OpenAI upstream) against the
 same-protocol one, interleaved: streaming time to the first event and to the first content, and req/s at
 concurrency 16.
@@ -399,6 +400,17 @@ def check_routes(gw_url: str, routes: list[Route]) -> None:
         assert "x-vidai-fallback" not in response.headers, f"{route.label}: served by a fallback"
 
 
+# Paced streams: this many ms between a stream's chunks, as tokens come from a real model.
+PACE_MS = 10
+
+
+def pace(sim_url: str, chunk_delay_ms: float, provider: str = "openai") -> None:
+    """Set the simulator's delay between a stream's chunks for `provider` (0: back to back, the default)."""
+    httpx.put(
+        f"{sim_url}/_sim/providers/{provider}", json={"chunk_delay_ms": chunk_delay_ms}, timeout=10
+    ).raise_for_status()
+
+
 def zero_first_token(sim_url: str, providers: tuple[str, ...] = ("openai", "backup", "anthro")) -> None:
     """No simulated time to the first token, so TTFB is the gateway's own work (the default; set explicitly)."""
     for name in providers:
@@ -495,6 +507,11 @@ def main() -> None:
         targets = [(gw_url, r) for r in streams] + [(sim_url, r) for r in direct_stream_routes()]
         protocol_ttfb = ttfb_interleaved(targets, per_slice, slices)
         ttfb_gateway = protocol_ttfb[streams[0].label]["event_p50"]
+        # The same OpenAI path with the chunks PACE_MS apart: between chunks the worker sleeps, so every stream
+        # starts on a worker that has just woken, as on a real upstream (the peer harness's mock does the same).
+        pace(sim_url, PACE_MS)
+        paced = ttfb_interleaved([(gw_url, streams[0]), (sim_url, direct_stream_routes()[0])], 20, 6)
+        pace(sim_url, 0)
         _, rss_end = proc_stats(gw_pid)
         scrape_ms, counted = scrape_metrics(gw_url)
     finally:
@@ -536,6 +553,11 @@ def main() -> None:
         f"\nStreaming time to first byte (to the first SSE event; median of {n} direct, sequential, and of "
         f"{per_slice * slices} interleaved through the gateway): direct {ttfb_direct:.2f} ms, "
         f"gateway {ttfb_gateway:.2f} ms, added {ttfb_gateway - ttfb_direct:.2f} ms"
+    )
+    paced_gw, paced_direct = paced[streams[0].label]["event_p50"], paced[DIRECT_OPENAI]["event_p50"]
+    print(
+        f"Paced streams ({PACE_MS} ms between chunks; 120 per path in 6 interleaved slices): direct "
+        f"{paced_direct:.2f} ms, gateway {paced_gw:.2f} ms, added {paced_gw - paced_direct:.2f} ms"
     )
     print(f"Gateway resident memory: {rss:.0f} MiB after the healthy runs, {rss_end:.0f} MiB at the end")
     print(f"Gateway CPU time per request: {cpu_us:.0f} µs ({gateway_requests:,} requests)")
