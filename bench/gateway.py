@@ -470,7 +470,7 @@ def main() -> None:
     try:
         gw_pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs, workers=args.workers)
 
-        rows: list[tuple[int, WrkResult, WrkResult]] = []
+        rows: list[tuple[int, WrkResult, Failover]] = []
         direct_url = f"{sim_url}/openai/v1/chat/completions"
         gateway_url = f"{gw_url}/v1/chat/completions"
         headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
@@ -527,13 +527,13 @@ def main() -> None:
     print("\nAll rows:\n")
     print(
         "| concurrency | direct req/s | gateway req/s | direct p50 ms | gateway p50 ms | added p50 ms "
-        "| direct p99 ms | gateway p99 ms | gateway non-2xx |"
+        "| direct p99 ms | gateway p99 ms | gateway CPU µs/req | gateway non-2xx |"
     )
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for c, d, g in rows:
         print(
             f"| {c} | {d['rps']:,.0f} | {g['rps']:,.0f} | {d['p50']:.2f} | {g['p50']:.2f} | "
-            f"{g['p50'] - d['p50']:.2f} | {d['p99']:.2f} | {g['p99']:.2f} | {g['errors']} |"
+            f"{g['p50'] - d['p50']:.2f} | {d['p99']:.2f} | {g['p99']:.2f} | {g['cpu_us']:.0f} | {g['errors']} |"
         )
     print("\nPrimary failing, circuit open, served by the chain's first entry:\n")
     print(
@@ -566,7 +566,7 @@ def main() -> None:
 
 
 def print_summary(
-    rows: list[tuple[int, WrkResult, WrkResult]],
+    rows: list[tuple[int, WrkResult, Failover]],
     fallback_rows: list[tuple[int, Failover, Failover]],
     *,
     cpu_us: float,
