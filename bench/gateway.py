@@ -400,8 +400,10 @@ def check_routes(gw_url: str, routes: list[Route]) -> None:
         assert "x-vidai-fallback" not in response.headers, f"{route.label}: served by a fallback"
 
 
-# Paced streams: this many ms between a stream's chunks, as tokens come from a real model.
+# Paced streams: this many ms between a stream's chunks, as tokens come from a real model; measured in this
+# many interleaved slices of this many streams per path.
 PACE_MS = 10
+PACED_SLICES, PACED_PER_SLICE = 6, 20
 
 
 def pace(sim_url: str, chunk_delay_ms: float, provider: str = "openai") -> None:
@@ -510,7 +512,8 @@ def main() -> None:
         # The same OpenAI path with the chunks PACE_MS apart: between chunks the worker sleeps, so every stream
         # starts on a worker that has just woken, as on a real upstream (the peer harness's mock does the same).
         pace(sim_url, PACE_MS)
-        paced = ttfb_interleaved([(gw_url, streams[0]), (sim_url, direct_stream_routes()[0])], 20, 6)
+        paced_targets = [(gw_url, streams[0]), (sim_url, direct_stream_routes()[0])]
+        paced = ttfb_interleaved(paced_targets, PACED_PER_SLICE, PACED_SLICES)
         pace(sim_url, 0)
         _, rss_end = proc_stats(gw_pid)
         scrape_ms, counted = scrape_metrics(gw_url)
@@ -556,7 +559,8 @@ def main() -> None:
     )
     paced_gw, paced_direct = paced[streams[0].label]["event_p50"], paced[DIRECT_OPENAI]["event_p50"]
     print(
-        f"Paced streams ({PACE_MS} ms between chunks; 120 per path in 6 interleaved slices): direct "
+        f"Paced streams ({PACE_MS} ms between chunks; {PACED_PER_SLICE * PACED_SLICES} per path in {PACED_SLICES} "
+        f"interleaved slices): direct "
         f"{paced_direct:.2f} ms, gateway {paced_gw:.2f} ms, added {paced_gw - paced_direct:.2f} ms"
     )
     print(f"Gateway resident memory: {rss:.0f} MiB after the healthy runs, {rss_end:.0f} MiB at the end")
