@@ -6,7 +6,8 @@ from a SQLite file this script prepares), drives both with wrk (C, so the load
 generator is not the bottleneck), and prints requests/s and p50/p99 latency at
 concurrency 1, 16 and 64, the same with the primary failing and fallback serving
 (the chain's resilience policy off, the default, and on, in slices alternating with the healthy runs),
-streaming time to first byte (chunks back to back, and paced 10 ms apart as a model's tokens come), resident
+streaming time to first byte (chunks back to back, and paced 10 ms apart as a model's tokens come, the
+paced ones also through bench/reference_proxy.py's two minimal proxies: what any Python hop adds here), resident
 memory and CPU time per request; then the cross-protocol paths
 (issue 11: an OpenAI client to an Anthropic upstream, an Anthropic client to an OpenAI upstream) against the
 same-protocol one, interleaved: streaming time to the first event and to the first content, and req/s at
@@ -403,7 +404,38 @@ def check_routes(gw_url: str, routes: list[Route]) -> None:
 # Paced streams: this many ms between a stream's chunks, as tokens come from a real model; measured in this
 # many interleaved slices of this many streams per path.
 PACE_MS = 10
-PACED_SLICES, PACED_PER_SLICE = 6, 20
+PACED_SLICES, PACED_PER_SLICE = 12, 10
+# bench/reference_proxy.py's two kinds, measured beside the gateway on the paced streams: the floor under
+# the gateway's added time to first byte on this machine.
+REFERENCE_PROXIES = {
+    "callback": "reference proxy, callbacks only",
+    "asgi": "reference proxy, ASGI on the gateway's server protocol and transport",
+}
+
+
+def start_reference_proxies(env: dict[str, str], sim_url: str, procs: list[subprocess.Popen]) -> dict[str, str]:
+    """Start bench/reference_proxy.py's two kinds in front of the simulator's OpenAI path; their URLs by kind."""
+    urls = {}
+    for kind in REFERENCE_PROXIES:
+        port = free_port()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "bench" / "reference_proxy.py"),
+                kind,
+                "--port",
+                str(port),
+                "--upstream",
+                f"{sim_url}/openai/v1/chat/completions",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+        )
+        procs.append(proc)
+        urls[kind] = f"http://127.0.0.1:{port}"
+        wait_ready(f"{urls[kind]}/readyz", proc)
+    return urls
 
 
 def pace(sim_url: str, chunk_delay_ms: float, provider: str = "openai") -> None:
@@ -471,6 +503,7 @@ def main() -> None:
     procs: list[subprocess.Popen] = []
     try:
         gw_pid = start_stack(env, sim_port=sim_port, gw_port=gw_port, procs=procs, workers=args.workers)
+        reference_urls = start_reference_proxies(env, sim_url, procs)
 
         rows: list[tuple[int, WrkResult, Failover]] = []
         direct_url = f"{sim_url}/openai/v1/chat/completions"
@@ -512,7 +545,12 @@ def main() -> None:
         # The same OpenAI path with the chunks PACE_MS apart: between chunks the worker sleeps, so every stream
         # starts on a worker that has just woken, as on a real upstream (the peer harness's mock does the same).
         pace(sim_url, PACE_MS)
-        paced_targets = [(gw_url, streams[0]), (sim_url, direct_stream_routes()[0])]
+        references = [Route(label, streams[0].path, streams[0].body, {}) for label in REFERENCE_PROXIES.values()]
+        paced_targets = [
+            (gw_url, streams[0]),
+            *((reference_urls[kind], route) for kind, route in zip(REFERENCE_PROXIES, references, strict=True)),
+            (sim_url, direct_stream_routes()[0]),
+        ]
         paced = ttfb_interleaved(paced_targets, PACED_PER_SLICE, PACED_SLICES)
         pace(sim_url, 0)
         _, rss_end = proc_stats(gw_pid)
@@ -558,10 +596,14 @@ def main() -> None:
         f"gateway {ttfb_gateway:.2f} ms, added {ttfb_gateway - ttfb_direct:.2f} ms"
     )
     paced_gw, paced_direct = paced[streams[0].label]["event_p50"], paced[DIRECT_OPENAI]["event_p50"]
+    floors = ", ".join(
+        f"{label} {paced[label]['event_p50'] - paced_direct:.2f} ms" for label in REFERENCE_PROXIES.values()
+    )
     print(
         f"Paced streams ({PACE_MS} ms between chunks; {PACED_PER_SLICE * PACED_SLICES} per path in {PACED_SLICES} "
         f"interleaved slices): direct "
-        f"{paced_direct:.2f} ms, gateway {paced_gw:.2f} ms, added {paced_gw - paced_direct:.2f} ms"
+        f"{paced_direct:.2f} ms, gateway {paced_gw:.2f} ms, added {paced_gw - paced_direct:.2f} ms; "
+        f"added by bench/reference_proxy.py on the same streams: {floors}"
     )
     print(f"Gateway resident memory: {rss:.0f} MiB after the healthy runs, {rss_end:.0f} MiB at the end")
     print(f"Gateway CPU time per request: {cpu_us:.0f} µs ({gateway_requests:,} requests)")
