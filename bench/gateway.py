@@ -247,6 +247,10 @@ def _raw_request(host: str, route: Route) -> bytes:
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
 
 
+# A stream that sends nothing for this long ends the benchmark with a message instead of a hang.
+STREAM_READ_TIMEOUT = 30
+
+
 async def _one_stream(
     reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes
 ) -> tuple[float, float]:
@@ -259,7 +263,10 @@ async def _one_stream(
     first_event = first_content = None
     buf = b""
     while True:
-        chunk = await reader.read(65536)
+        try:
+            chunk = await asyncio.wait_for(reader.read(65536), STREAM_READ_TIMEOUT)
+        except TimeoutError:
+            raise SystemExit(f"no bytes for {STREAM_READ_TIMEOUT} s in a stream: {buf[:600]!r}") from None
         if not chunk:
             raise SystemExit("connection closed")
         now = time.perf_counter()
@@ -545,7 +552,9 @@ def main() -> None:
         # The same OpenAI path with the chunks PACE_MS apart: between chunks the worker sleeps, so every stream
         # starts on a worker that has just woken, as on a real upstream (the peer harness's mock does the same).
         pace(sim_url, PACE_MS)
-        references = [Route(label, streams[0].path, streams[0].body, {}) for label in REFERENCE_PROXIES.values()]
+        references = [
+            Route(label, streams[0].path, streams[0].body, streams[0].headers) for label in REFERENCE_PROXIES.values()
+        ]
         paced_targets = [
             (gw_url, streams[0]),
             *((reference_urls[kind], route) for kind, route in zip(REFERENCE_PROXIES, references, strict=True)),

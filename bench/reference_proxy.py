@@ -144,9 +144,14 @@ class _ClientConnection(asyncio.Protocol):
 
     async def _connect(self, request: bytes, body: bytes) -> None:
         loop = asyncio.get_running_loop()
-        _, upstream = await loop.create_connection(
-            lambda: _UpstreamConnection(self.idle), self.upstream.host, self.upstream.port
-        )
+        assert self.transport is not None
+        try:
+            _, upstream = await loop.create_connection(
+                lambda: _UpstreamConnection(self.idle), self.upstream.host, self.upstream.port
+            )
+        except OSError:
+            self.transport.close()  # the client sees its connection end, not a wait without end
+            return
         upstream.client = self.transport
         assert upstream.transport is not None
         upstream.transport.writelines((request, body))
