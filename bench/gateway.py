@@ -247,8 +247,8 @@ def _raw_request(host: str, route: Route) -> bytes:
     return f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body
 
 
-# A stream that sends nothing for this long ends the benchmark with a message instead of a hang.
-STREAM_READ_TIMEOUT = 30
+# A stream not read to its end within this long ends the benchmark with a message instead of a hang.
+STREAM_TIMEOUT = 30
 
 
 async def _one_stream(
@@ -262,21 +262,20 @@ async def _one_stream(
     await writer.drain()
     first_event = first_content = None
     buf = b""
-    while True:
-        try:
-            chunk = await asyncio.wait_for(reader.read(65536), STREAM_READ_TIMEOUT)
-        except TimeoutError:
-            raise SystemExit(f"no bytes for {STREAM_READ_TIMEOUT} s in a stream: {buf[:600]!r}") from None
-        if not chunk:
-            raise SystemExit("connection closed")
-        now = time.perf_counter()
-        buf += chunk
-        if first_event is None and b"data: " in buf:
-            first_event = (now - t0) * 1000
-        if first_content is None and FIRST_CONTENT.search(buf):
-            first_content = (now - t0) * 1000
-        if buf.endswith(b"\r\n0\r\n\r\n"):  # end of the chunked response
-            break
+    try:
+        async with asyncio.timeout(STREAM_TIMEOUT):
+            while not buf.endswith(b"\r\n0\r\n\r\n"):  # the end of the chunked response
+                chunk = await reader.read(65536)
+                if not chunk:
+                    raise SystemExit("connection closed")
+                now = time.perf_counter()
+                buf += chunk
+                if first_event is None and b"data: " in buf:
+                    first_event = (now - t0) * 1000
+                if first_content is None and FIRST_CONTENT.search(buf):
+                    first_content = (now - t0) * 1000
+    except TimeoutError:
+        raise SystemExit(f"a stream not ended after {STREAM_TIMEOUT} s: {buf[:600]!r}") from None
     if first_event is None or first_content is None:
         raise SystemExit(f"a stream without content: {buf[:600]!r}")
     return first_event, first_content
@@ -552,12 +551,9 @@ def main() -> None:
         # The same OpenAI path with the chunks PACE_MS apart: between chunks the worker sleeps, so every stream
         # starts on a worker that has just woken, as on a real upstream (the peer harness's mock does the same).
         pace(sim_url, PACE_MS)
-        references = [
-            Route(label, streams[0].path, streams[0].body, streams[0].headers) for label in REFERENCE_PROXIES.values()
-        ]
         paced_targets = [
             (gw_url, streams[0]),
-            *((reference_urls[kind], route) for kind, route in zip(REFERENCE_PROXIES, references, strict=True)),
+            *((reference_urls[kind], streams[0]._replace(label=label)) for kind, label in REFERENCE_PROXIES.items()),
             (sim_url, direct_stream_routes()[0]),
         ]
         paced = ttfb_interleaved(paced_targets, PACED_PER_SLICE, PACED_SLICES)
