@@ -14,13 +14,14 @@ TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/controlplane
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 export TEST_REDIS_URL
 
-.PHONY: help venv run test test-pg test-sqlite lint bench bench-logs bench-hostile bench-profile bench-instructions clean
+.PHONY: help venv run test test-pg test-sqlite lint bench bench-ab bench-logs bench-hostile bench-profile bench-instructions clean
 
 help:
 	@echo "make run   - start the console on http://$(HOST):$(PORT) (embedded mode, SQLite, demo data)"
 	@echo "make test  - run the whole test suite (PostgreSQL + Redis, then SQLite)"
 	@echo "make lint  - ruff (check + format), mypy (Django and DRF stubs), import-linter (the apps' layers)"
 	@echo "make bench - breaker and gateway benchmarks (wrk, Redis)"
+	@echo "make bench-ab BASE=<rev> - the gateway of another revision beside this tree's, interleaved (before/after)"
 	@echo "make bench-logs - Request Logs and the Dashboard on 2,000,000 rows, ingest rate, freshness (PostgreSQL, Redis)"
 	@echo "make bench-hostile - 50 concurrent maximal and hostile bodies: worker memory, /healthz latency (Redis)"
 	@echo "make bench-profile - where one gateway worker's CPU goes, by stage, under load (py-spy)"
@@ -57,6 +58,11 @@ test-sqlite: venv
 bench: venv
 	$(PY) bench/breaker.py
 	$(PY) bench/gateway.py
+
+# Before/after in one run: BASE's gateway (a temporary git worktree) beside this tree's, in alternating slices.
+BASE ?= HEAD
+bench-ab: venv
+	$(PY) bench/ab_gateway.py --base $(BASE)
 
 # Request Logs: pages, API and CSV on 2,000,000 rows, ingest rate, freshness in both modes; the Dashboard on
 # 2,000,000 rows and the ingest rate with its aggregates.
