@@ -168,9 +168,9 @@ def main() -> None:
     sim_url = f"http://127.0.0.1:{sim_port}"
     namespace = f"bench:{uuid.uuid4().hex[:8]}"
     env = stack_env(work, args.redis_url, namespace)
-    key = prepare(env, sim_url)
     procs: list[subprocess.Popen] = []
     try:
+        key = prepare(env, sim_url)
         new_pid = start_stack(env, sim_port=sim_port, gw_port=new_port, procs=procs)
         base_pid = start_base(tree, env, base_port, procs)
         sides = [
