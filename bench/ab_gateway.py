@@ -20,10 +20,8 @@ is measured. The database is prepared by this tree's migrations, so the base mus
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,21 +36,20 @@ from bench.gateway import (
     FALLBACK_BODY,
     PACE_MS,
     ROOT,
-    Route,
-    _host_port,
-    _one_stream,
-    _raw_request,
+    Sliced,
+    _sliced,
     _worker_pid,
     cross_protocol_routes,
     direct_stream_routes,
+    failover,
     free_port,
     open_circuit,
     pace,
     prepare,
-    proc_stats,
     stack_env,
     start_stack,
     stop_stack,
+    ttfb_interleaved,
     wait_ready,
     wrk,
     zero_first_token,
@@ -60,19 +57,13 @@ from bench.gateway import (
 
 SLICE_SECONDS = 2
 STREAMS_PER_SLICE = 10
+DIRECT = "simulator, direct"
 
 
 class Side(NamedTuple):
     label: str
     url: str
     pid: int
-
-
-class Slice(NamedTuple):
-    rps: float
-    p50: float
-    cpu_us: float
-    requests: int
 
 
 def worktree(base: str, into: Path) -> Path:
@@ -97,55 +88,14 @@ def start_base(tree: Path, env: dict[str, str], port: int, procs: list[subproces
     return _worker_pid(proc.pid, 1)
 
 
-def one_slice(side: Side, key: str, connections: int, body: str) -> Slice:
-    cpu_before, _ = proc_stats(side.pid)
-    result = wrk(f"{side.url}/v1/chat/completions", key, connections, SLICE_SECONDS, body)
-    cpu = proc_stats(side.pid)[0] - cpu_before
-    return Slice(result["rps"], result["p50"], cpu / max(result["requests"], 1) * 1e6, result["requests"])
-
-
-def rates(sides: list[Side], key: str, connections: int, body: str, rounds: int) -> dict[str, list[Slice]]:
-    """`rounds` slices per side, in the order A B, B A, A B ..."""
-    slices: dict[str, list[Slice]] = {side.label: [] for side in sides}
+def rates(sim_url: str, sides: list[Side], key: str, connections: int, body: str, rounds: int) -> dict[str, Sliced]:
+    """`rounds` slices of SLICE_SECONDS per side, in the order A B, B A, A B ..., each side's as one."""
+    slices: dict[str, list[Sliced]] = {side.label: [] for side in sides}
     for i in range(rounds):
         for side in sides if i % 2 == 0 else sides[::-1]:
-            slices[side.label].append(one_slice(side, key, connections, body))
-    return slices
-
-
-def summary(slices: list[Slice]) -> tuple[float, float, float]:
-    """(mean req/s, median p50, CPU µs per request over all the slices' requests)."""
-    requests = sum(s.requests for s in slices)
-    cpu = sum(s.cpu_us * s.requests for s in slices) / max(requests, 1)
-    return statistics.fmean(s.rps for s in slices), statistics.median(s.p50 for s in slices), cpu
-
-
-def paced(targets: list[tuple[str, str, Route, int]], slices: int) -> dict[str, tuple[float, float]]:
-    """(median ms to the first SSE event, CPU ms per stream) of each (label, server URL, route, pid): `slices`
-    slices of sequential streams per target on one keep-alive connection each, in rotating order, after one
-    uncounted round."""
-
-    async def run() -> dict[str, tuple[list[float], float, int]]:
-        connections = {label: await asyncio.open_connection(*_host_port(url)) for label, url, _, _ in targets}
-        out: dict[str, tuple[list[float], float, int]] = {label: ([], 0.0, 0) for label, *_ in targets}
-        for i in range(slices + 1):
-            k = i % len(targets)
-            for label, url, route, pid in targets[k:] + targets[:k]:
-                reader, writer = connections[label]
-                request = _raw_request(_host_port(url)[0], route)
-                cpu_before, _ = proc_stats(pid)
-                firsts = [(await _one_stream(reader, writer, request))[0] for _ in range(STREAMS_PER_SLICE)]
-                if i:
-                    samples, cpu, streams = out[label]
-                    out[label] = (samples + firsts, cpu + proc_stats(pid)[0] - cpu_before, streams + len(firsts))
-        for _, writer in connections.values():
-            writer.close()
-        return out
-
-    return {
-        label: (statistics.median(samples), cpu / streams * 1000)
-        for label, (samples, cpu, streams) in asyncio.run(run()).items()
-    }
+            url = f"{side.url}/v1/chat/completions"
+            slices[side.label].append(failover(sim_url, url, key, side.pid, connections, SLICE_SECONDS, body))
+    return {label: _sliced(runs) for label, runs in slices.items()}
 
 
 def main() -> None:
@@ -193,27 +143,29 @@ def main() -> None:
         print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for c in (int(x) for x in args.connections.split(",")):
             for model, body in (("healthy", BODY), ("failover", FALLBACK_BODY)):
-                got = rates(sides, key, c, body, args.rounds)
-                (b_rps, b_p50, b_cpu), (n_rps, n_p50, n_cpu) = (summary(got[side.label]) for side in sides)
+                got = rates(sim_url, sides, key, c, body, args.rounds)
+                b, n = (got[side.label] for side in sides)
                 print(
-                    f"| {c} | {model} | {b_rps:,.0f} | {n_rps:,.0f} | {n_rps / b_rps:.3f} | {b_p50:.2f} | "
-                    f"{n_p50:.2f} | {b_cpu:.0f} | {n_cpu:.0f} | {n_cpu / b_cpu:.3f} |",
+                    f"| {c} | {model} | {b['rps']:,.0f} | {n['rps']:,.0f} | {n['rps'] / b['rps']:.3f} | "
+                    f"{b['p50']:.2f} | {n['p50']:.2f} | {b['cpu_us']:.0f} | {n['cpu_us']:.0f} | "
+                    f"{n['cpu_us'] / b['cpu_us']:.3f} |",
                     flush=True,
                 )
 
         pace(sim_url, PACE_MS)
         stream = cross_protocol_routes(key, stream=True)[0]
-        targets = [(side.label, side.url, stream, side.pid) for side in sides]
-        targets.append(("simulator, direct", sim_url, direct_stream_routes()[0], procs[0].pid))
-        streams = paced(targets, args.paced_slices)
-        direct = streams["simulator, direct"][0]
+        direct_route = direct_stream_routes()[0]._replace(label=DIRECT)
+        targets = [(side.url, stream._replace(label=side.label)) for side in sides] + [(sim_url, direct_route)]
+        pids = {side.label: side.pid for side in sides} | {DIRECT: procs[0].pid}
+        streams = ttfb_interleaved(targets, STREAMS_PER_SLICE, args.paced_slices, pids)
+        direct = streams[DIRECT]["event_p50"]
         print(f"\nPaced streams ({PACE_MS} ms between chunks), {args.paced_slices} slices of {STREAMS_PER_SLICE}")
         print("per target in rotating order\n")
         print("| target | first event p50 ms | added p50 ms | CPU ms per stream |")
         print("|---|---:|---:|---:|")
-        for label, (first, cpu) in streams.items():
-            added = f"{first - direct:+.3f}" if label != "simulator, direct" else "–"
-            print(f"| {label} | {first:.3f} | {added} | {cpu:.2f} |")
+        for label, first in streams.items():
+            added = f"{first['event_p50'] - direct:+.3f}" if label != DIRECT else "–"
+            print(f"| {label} | {first['event_p50']:.3f} | {added} | {first['cpu_ms']:.2f} |")
     finally:
         stop_stack(procs, args.redis_url, namespace, None)
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)

@@ -308,32 +308,43 @@ class Ttfb(TypedDict):
     content_p50: float
     content_p90: float
     samples: int
+    cpu_ms: float  # CPU time per stream of the server's process (nan without its pid)
 
 
-def ttfb_interleaved(targets: list[tuple[str, Route]], per_slice: int, slices: int) -> dict[str, Ttfb]:
+def ttfb_interleaved(
+    targets: list[tuple[str, Route]], per_slice: int, slices: int, pids: dict[str, int] | None = None
+) -> dict[str, Ttfb]:
     """Streaming TTFB of each (server URL, route), `slices` slices of `per_slice` sequential streams each, in
     rotating order (ABC, BCA, CAB, ...) so that drift on a shared machine affects every route alike; one
-    keep-alive connection per route; a first round of slices is a warm-up and not counted."""
+    keep-alive connection per route; a first round of slices is a warm-up and not counted. `pids`: the
+    server process of a route's label, whose CPU time per stream is counted over the same slices."""
     hosts = {route.label: _host_port(url) for url, route in targets}
     routes = [route for _, route in targets]
+    pids = pids or {}
 
-    async def run() -> dict[str, list[tuple[float, float]]]:
+    async def run() -> tuple[dict[str, list[tuple[float, float]]], dict[str, float]]:
         connections = {label: await asyncio.open_connection(host, port) for label, (host, port) in hosts.items()}
         samples: dict[str, list[tuple[float, float]]] = {r.label: [] for r in routes}
+        cpu = dict.fromkeys(samples, 0.0)
         for i in range(slices + 1):
             k = i % len(routes)
             for route in routes[k:] + routes[:k]:
                 reader, writer = connections[route.label]
                 request = _raw_request(hosts[route.label][0], route)
+                pid = pids.get(route.label)
+                cpu_before = proc_stats(pid)[0] if pid else 0.0
                 got = [await _one_stream(reader, writer, request) for _ in range(per_slice)]
                 if i:
                     samples[route.label].extend(got)
+                    if pid:
+                        cpu[route.label] += proc_stats(pid)[0] - cpu_before
         for _, writer in connections.values():
             writer.close()
-        return samples
+        return samples, cpu
 
+    samples, cpu = asyncio.run(run())
     result = {}
-    for label, pairs in asyncio.run(run()).items():
+    for label, pairs in samples.items():
         events, contents = [e for e, _ in pairs], [c for _, c in pairs]
         result[label] = Ttfb(
             event_p50=statistics.median(events),
@@ -341,6 +352,7 @@ def ttfb_interleaved(targets: list[tuple[str, Route]], per_slice: int, slices: i
             content_p50=statistics.median(contents),
             content_p90=statistics.quantiles(contents, n=10)[8],
             samples=len(pairs),
+            cpu_ms=cpu[label] / len(pairs) * 1000 if label in pids else float("nan"),
         )
     return result
 
