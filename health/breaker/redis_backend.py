@@ -10,6 +10,9 @@ The request path never waits on Redis for a closed circuit:
   for `gather_interval` (5 ms), then sends whatever has queued as one pipeline, with one `record` script
   call per circuit and generation (the outcomes as ordered runs; a probe's outcome has a call of its
   own), so Redis work grows with circuits, not with requests, and the thread wakes once per interval.
+  While every queued outcome is a 2xx answer to an ordinary call (nothing a circuit trips or closes on),
+  the batch waits up to `calm_interval` (100 ms) first; any other outcome cuts that wait short. A healthy
+  process then takes the GIL for Redis ten times a second instead of up to two hundred.
 - If Redis fails or hangs (socket timeouts of 50 ms, no retries), the engine switches to a local
   MemoryEngine seeded from the mirror, logs once, and the subscriber thread keeps trying to reconnect;
   when Redis answers again it resynchronises the mirror and Redis is the truth again.
@@ -185,6 +188,7 @@ class RedisEngine(BreakerEngine):
         events: EventBuffer | None = None,
         ship_interval: float = 0.5,
         gather_interval: float = 0.005,
+        calm_interval: float = 0.1,
     ) -> None:
         self.events = events if events is not None else EventBuffer()
         self._history = history_stream(namespace)
@@ -194,6 +198,13 @@ class RedisEngine(BreakerEngine):
         # flush() and close() cut the wait short.
         self._gather_interval = gather_interval
         self._hurry = threading.Event()
+        # Before that, a batch of 2xx answers to ordinary calls (calm outcomes) waits up to calm_interval:
+        # they move no circuit, so they may reach Redis later. An outcome that may trip or close a circuit
+        # (a failure, another status, a probe's) sets _urgent, and its batch leaves after gather_interval as
+        # before. Each batch takes the GIL from the event loop several times (one per system call of its
+        # round trip), which at 5 ms intervals cost a light-load request about a sixth of its CPU.
+        self._calm_interval = calm_interval
+        self._urgent = threading.Event()
         self._ship_error_logged = False
         self._time_override = clock is not None
         self._clock: Clock = clock or SystemClock()
@@ -333,6 +344,9 @@ class RedisEngine(BreakerEngine):
             return
         # Test mode stamps the outcome now; production lets the script read Redis TIME.
         self._queue.put((decision, outcome, self._clock.now() if self._time_override else None))
+        status = outcome.status
+        if (decision.probe or status is None or not 200 <= status < 300) and not self._urgent.is_set():
+            self._urgent.set()
 
     def _detoured(self, provider: str, model: str) -> Decision | None:
         """While holds are configured or Redis is unreachable: a held circuit's refusal, or the local decision
@@ -661,6 +675,7 @@ class RedisEngine(BreakerEngine):
         """
         marker = _Flush()
         self._queue.put(marker)
+        self._urgent.set()
         self._hurry.set()
         return marker.done.wait(timeout)
 
@@ -673,7 +688,10 @@ class RedisEngine(BreakerEngine):
                 self._ship_pending()
                 continue
             if isinstance(item, tuple) and self._gather_interval > 0:
+                self._urgent.wait(self._calm_interval)
                 self._hurry.wait(self._gather_interval)
+            # Cleared before draining: an urgent outcome queued from here on is in this batch or sets it again.
+            self._urgent.clear()
             self._hurry.clear()
             batch: list[Any] = [item]
             while len(batch) < _BATCH:
@@ -1004,6 +1022,7 @@ class RedisEngine(BreakerEngine):
     def close(self) -> None:
         self._stop.set()
         self._queue.put(_STOP)
+        self._urgent.set()
         self._hurry.set()
         try:
             self._client.publish(self._channel, "")  # wake the subscriber out of its wait

@@ -12,6 +12,7 @@ from tests.health.conftest import M, P, closed_port_url, config, redis_engine, t
 
 T0 = 1_700_000_000.0
 FAIL = Outcome.of_status(503)
+OK = Outcome.of_status(200)
 
 
 class _Listener:
@@ -348,6 +349,73 @@ def test_window_sums_are_rebuilt_from_the_sets_when_missing(redis_url, namespace
     assert (before.failure_count, before.total_requests) == (3, 8)
     assert (after.failure_count, after.total_requests) == (4, 9)
     assert (later.failure_count, later.total_requests) == (0, 1)
+
+
+def _count_sends(engine) -> tuple[list[list[int | None]], threading.Event]:
+    """Wrap the worker's `_send`: each batch's statuses, in order, and an event set after each send."""
+    batches: list[list[int | None]] = []
+    sent = threading.Event()
+    send = engine._send
+
+    def counted(outcomes):
+        send(outcomes)
+        batches.append([outcome.status for _, outcome, _ in outcomes])
+        sent.set()
+
+    engine._send = counted
+    return batches, sent
+
+
+def test_calm_outcomes_wait_until_an_urgent_one_takes_them_along(redis_url, namespace, engines):
+    # 2xx answers to ordinary calls move no circuit: their batch waits for calm_interval (an hour here). A
+    # failure must not wait: it cuts the wait short, and the successes queued before it go in its batch, first.
+    engine = redis_engine(engines, redis_url, namespace, ManualClock(T0), calm_interval=3600)
+    batches, sent = _count_sends(engine)
+    for _ in range(3):
+        engine.record(engine.allow(P, M), OK)
+    calm = not engine._urgent.is_set()
+    sent_while_calm = list(batches)
+
+    engine.record(engine.allow(P, M), FAIL)
+    delivered = sent.wait(10)
+    circuit = engine.get(P, M)
+
+    assert calm is True
+    assert sent_while_calm == []
+    assert delivered is True
+    assert batches == [[200, 200, 200, 503]]
+    assert (circuit.failure_count, circuit.total_requests) == (1, 4)
+
+
+def test_a_probes_success_does_not_wait_for_calm(redis_url, namespace, engines):
+    # A probe's 200 closes its circuit: it is urgent although it is a success.
+    clock = ManualClock(T0)
+    engine = redis_engine(engines, redis_url, namespace, clock, calm_interval=3600)
+    trip(engine)
+    assert engine.flush()
+    clock.advance(61)  # past the first cooldown (60 s)
+    probe = engine.allow(P, M)
+    batches, sent = _count_sends(engine)
+
+    engine.record(probe, OK)
+    delivered = sent.wait(10)
+
+    assert probe.probe is True
+    assert delivered is True
+    assert batches == [[200]]
+    assert engine.get(P, M).state is State.CLOSED
+
+
+def test_flush_does_not_wait_out_the_calm_interval(redis_url, namespace, engines):
+    engine = redis_engine(engines, redis_url, namespace, ManualClock(T0), calm_interval=3600, gather_interval=3600)
+    for _ in range(3):
+        engine.record(engine.allow(P, M), OK)
+
+    flushed = engine.flush(timeout=10)
+    circuit = engine.get(P, M)
+
+    assert flushed is True
+    assert (circuit.failure_count, circuit.total_requests) == (0, 3)
 
 
 def test_flush_and_close_do_not_wait_out_the_gather_interval(redis_url, namespace, engines):
