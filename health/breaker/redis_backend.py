@@ -10,8 +10,8 @@ The request path never waits on Redis for a closed circuit:
   for `gather_interval` (5 ms), then sends whatever has queued as one pipeline, with one `record` script
   call per circuit and generation (the outcomes as ordered runs; a probe's outcome has a call of its
   own), so Redis work grows with circuits, not with requests, and the thread wakes once per interval.
-  While every queued outcome is a 2xx answer to an ordinary call (nothing a circuit trips or closes on),
-  the batch waits up to `calm_interval` (100 ms) first; any other outcome cuts that wait short. A healthy
+  While no queued outcome is a failure or a probe's answer (nothing a circuit trips or closes on), the
+  batch waits up to `calm_interval` (100 ms) first; such an outcome cuts that wait short. A healthy
   process then takes the GIL for Redis ten times a second instead of up to two hundred.
 - If Redis fails or hangs (socket timeouts of 50 ms, no retries), the engine switches to a local
   MemoryEngine seeded from the mirror, logs once, and the subscriber thread keeps trying to reconnect;
@@ -198,9 +198,9 @@ class RedisEngine(BreakerEngine):
         # flush() and close() cut the wait short.
         self._gather_interval = gather_interval
         self._hurry = threading.Event()
-        # Before that, a batch of 2xx answers to ordinary calls (calm outcomes) waits up to calm_interval:
-        # they move no circuit, so they may reach Redis later. An outcome that may trip or close a circuit
-        # (a failure, another status, a probe's) sets _urgent, and its batch leaves after gather_interval as
+        # Before that, a batch of calm outcomes (successes and cancellations of ordinary calls) waits up to
+        # calm_interval: they move no circuit, so they may reach Redis later. An outcome that may trip or close
+        # a circuit (a failure, a probe's answer) sets _urgent, and its batch leaves after gather_interval as
         # before. Each batch takes the GIL from the event loop several times (one per system call of its
         # round trip), which at 5 ms intervals cost a light-load request about a sixth of its CPU.
         self._calm_interval = calm_interval
@@ -344,8 +344,15 @@ class RedisEngine(BreakerEngine):
             return
         # Test mode stamps the outcome now; production lets the script read Redis TIME.
         self._queue.put((decision, outcome, self._clock.now() if self._time_override else None))
+        if self._urgent.is_set():
+            return
+        if decision.probe:
+            self._urgent.set()  # a probe's answer closes or reopens its circuit
+            return
         status = outcome.status
-        if (decision.probe or status is None or not 200 <= status < 300) and not self._urgent.is_set():
+        if status is not None and 200 <= status < 300:
+            return  # calm: the common case decides without the circuit's settings
+        if classify(outcome, self._config.for_circuit(decision.provider, decision.model)) is Verdict.FAILURE:
             self._urgent.set()
 
     def _detoured(self, provider: str, model: str) -> Decision | None:
