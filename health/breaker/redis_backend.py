@@ -202,7 +202,7 @@ class RedisEngine(BreakerEngine):
         # calm_interval: they move no circuit, so they may reach Redis later. An outcome that may trip or close
         # a circuit (a failure, a probe's answer) sets _urgent, and its batch leaves after gather_interval as
         # before. Each batch takes the GIL from the event loop several times (one per system call of its
-        # round trip), which at 5 ms intervals cost a light-load request about a sixth of its CPU.
+        # round trip), which at 5 ms intervals cost a light-load request about a fifth of its CPU.
         self._calm_interval = calm_interval
         self._urgent = threading.Event()
         self._ship_error_logged = False
