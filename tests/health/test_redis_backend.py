@@ -368,11 +368,11 @@ def _count_sends(engine) -> tuple[list[list[int | None]], threading.Event]:
 
 def test_calm_outcomes_wait_until_an_urgent_one_takes_them_along(redis_url, namespace, engines):
     # Successes of ordinary calls move no circuit: their batch waits for calm_interval (an hour here). A 404 is
-    # not among the failure codes, so it is a success too. A failure must not wait: it cuts the wait short,
-    # and the outcomes queued before it go in its batch, first.
+    # not among the failure codes, so it is a success too, and a cancelled call counts for nothing. A failure
+    # must not wait: it cuts the wait short, and the outcomes queued before it go in its batch, first.
     engine = redis_engine(engines, redis_url, namespace, ManualClock(T0), calm_interval=3600)
     batches, sent = _count_sends(engine)
-    for outcome in (OK, OK, Outcome.of_status(404)):
+    for outcome in (OK, OK, Outcome.of_status(404), Outcome.cancelled()):
         engine.record(engine.allow(P, M), outcome)
     calm = not engine._urgent.is_set()
     sent_while_calm = list(batches)
@@ -384,7 +384,7 @@ def test_calm_outcomes_wait_until_an_urgent_one_takes_them_along(redis_url, name
     assert calm is True
     assert sent_while_calm == []
     assert delivered is True
-    assert batches == [[200, 200, 404, 503]]
+    assert batches == [[200, 200, 404, None, 503]]
     assert (circuit.failure_count, circuit.total_requests) == (1, 4)
 
 
