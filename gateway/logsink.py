@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,11 @@ import orjson
 from requestlogs.stream import DEAD_LETTER_MAXLEN, DEFAULT_MAXLEN, RECORD_FIELD, STREAM_KEY, StreamKeys
 
 log = logging.getLogger(__name__)
+
+# While the stream stays over its cap (ingestion stopped), every batch trims: one error line a minute says so,
+# with the count since the last line, instead of one a batch (a dozen a second under load). The exact total
+# is in Redis (`<stream>:trimmed`, exported as a metric).
+TRIM_REPORT_SECONDS = 60.0
 
 # Appends a batch under the cap and counts, in the same atomic step, what the cap trimmed: every entry
 # still in the stream is not yet acknowledged (ingest deletes what it committed), so XLEN before + added
@@ -82,6 +88,7 @@ class LogSink:
         stream_key: str = STREAM_KEY,
         maxlen: int = DEFAULT_MAXLEN,
         spill_dir: Path | str | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._redis_url = redis_url
         self._stream_key = stream_key
@@ -108,6 +115,9 @@ class LogSink:
         self._redis: Any = None  # the sink thread's client, and its registered append script
         self._append: Any = None
         self._probe: Any = None  # short timeouts, for /metrics and /readyz
+        self._clock = clock
+        self._trimmed_unreported = 0  # trimmed since the last error line
+        self._trim_reported_at: float | None = None
 
     def add(self, record: dict[str, Any]) -> None:
         """Request path: O(1), never blocks, never raises."""
@@ -264,11 +274,23 @@ class LogSink:
         )
         self._dropped_reported += dropped
         if trimmed:
-            log.error(
-                "request-log stream over its cap of %d entries: %d records not yet ingested were trimmed",
-                self._maxlen,
-                trimmed,
-            )
+            self._report_trimmed(trimmed)
+
+    def _report_trimmed(self, trimmed: int) -> None:
+        """Log what the cap trimmed: the first time at once, then at most once per TRIM_REPORT_SECONDS."""
+        self._trimmed_unreported += trimmed
+        now = self._clock()
+        if self._trim_reported_at is not None and now - self._trim_reported_at < TRIM_REPORT_SECONDS:
+            return
+        log.error(
+            "request-log stream over its cap of %d entries: %d records not yet ingested were trimmed%s "
+            "(is the ingest worker running?)",
+            self._maxlen,
+            self._trimmed_unreported,
+            "" if self._trim_reported_at is None else f" in the last {now - self._trim_reported_at:.0f} s",
+        )
+        self._trimmed_unreported = 0
+        self._trim_reported_at = now
 
     # -- spill file ------------------------------------------------------------------
     def _spill(self) -> None:

@@ -55,6 +55,47 @@ def test_the_stream_cap_counts_every_entry_it_trims_before_ingestion(redis_url, 
     assert _stored_ids() == sorted(r["request_id"] for r in records[-length:])
 
 
+def test_a_stream_kept_over_its_cap_logs_one_error_a_minute_with_the_count_since_the_last(redis_url, stream, caplog):
+    now = [1000.0]
+    client = redis.Redis.from_url(redis_url)
+    trimmed_total = lambda: int(client.get(StreamKeys(stream).trimmed) or 0)  # noqa: E731
+    lines = lambda: [r.getMessage() for r in caplog.records if "over its cap" in r.getMessage()]  # noqa: E731
+    sink = LogSink(
+        redis_url=redis_url, stream_key=stream, flush_seconds=60, batch_size=100, maxlen=100, clock=lambda: now[0]
+    )  # the thread writes when 100 records wait, or at flush()
+    sink.start()
+    caplog.set_level(logging.ERROR, logger="gateway.logsink")
+
+    for i in range(1000):
+        sink.add(record(i))
+    assert sink.flush(timeout=10)
+    # One line, at the first batch that trimmed; the batches that trimmed after it are counted, not logged.
+    [line] = lines()
+    at_once = int(line.split(": ")[1].split()[0])
+    assert line == (
+        f"request-log stream over its cap of 100 entries: {at_once} records not yet ingested were trimmed "
+        "(is the ingest worker running?)"
+    )
+    assert 0 < at_once < trimmed_total()
+
+    now[0] += 30
+    for i in range(1000, 2000):
+        sink.add(record(i))
+    assert sink.flush(timeout=10)
+    assert len(lines()) == 1  # still trimming, still within the minute
+
+    now[0] += 31
+    for i in range(2000, 2100):  # one batch, which trims a whole node of the stream
+        sink.add(record(i))
+    assert sink.flush(timeout=10)
+    sink.stop()
+    # The next line counts everything trimmed since the first line: the two add up to Redis's total.
+    assert lines()[1:] == [
+        f"request-log stream over its cap of 100 entries: {trimmed_total() - at_once} records not yet ingested "
+        "were trimmed in the last 61 s (is the ingest worker running?)"
+    ]
+
+
 def test_records_the_full_buffer_dropped_are_counted_in_redis(redis_url, stream):
     sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, max_buffer=5)
     for i in range(8):
