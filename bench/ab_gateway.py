@@ -43,6 +43,7 @@ from bench.gateway import (
     direct_stream_routes,
     failover,
     free_port,
+    machine_note,
     open_circuit,
     pace,
     prepare,
@@ -135,7 +136,8 @@ def main() -> None:
                 wrk(f"{side.url}/v1/chat/completions", key, 16, 1, body)  # warm up pools and caches
 
         print(f"\nA/B: base {base} against this tree, one worker each, {args.rounds} slices of {SLICE_SECONDS} s")
-        print("per side and row, alternating\n")
+        print("per side and row, alternating")
+        print(f"Machine: {machine_note()}\n")
         print(
             "| concurrency | model | base req/s | this tree req/s | req/s ratio | base p50 ms | this tree p50 ms "
             "| base CPU µs/req | this tree CPU µs/req | CPU ratio |"

@@ -76,6 +76,23 @@ def wait_ready(url: str, proc: subprocess.Popen, timeout: float = 60) -> None:
     raise SystemExit(f"{url} not ready after {timeout}s")
 
 
+def machine_note() -> str:
+    """What decides how comparable two runs are: how fast this machine runs Python now, and whether an idle
+    vCPU polls before it halts (docs/performance.md, round nine: at c=1 that decides the figures)."""
+    import timeit
+
+    best = min(timeit.repeat("sum(range(100))", number=100_000, repeat=5)) / 100_000 * 1e6
+    note = f"sum(range(100)) {best:.2f} µs"
+    cpuidle = Path("/sys/devices/system/cpu/cpuidle/current_driver")
+    poll = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    if cpuidle.exists():
+        note += f"; cpuidle driver {cpuidle.read_text().strip()}"
+    if poll.exists():
+        ns = int(poll.read_text())
+        note += f", guest_halt_poll_ns {ns}" + (" (an idle vCPU halts at once)" if ns == 0 else "")
+    return note
+
+
 def stack_env(work: Path, redis_url: str, namespace: str) -> dict[str, str]:
     """The environment of a bench stack: its own SQLite file and var dir under `work`, Redis keys under
     `namespace` (the breaker and the request-log stream), warnings only."""
@@ -580,7 +597,8 @@ def main() -> None:
     )
     workers = "one gateway worker" if args.workers == 1 else f"{args.workers} gateway workers"
     cpu_us = gateway_cpu / max(gateway_requests, 1)
-    print(f"\nGateway benchmark — {os.cpu_count()} cores, wrk {args.duration}s per run, {workers}, {mode}\n")
+    print(f"\nGateway benchmark — {os.cpu_count()} cores, wrk {args.duration}s per run, {workers}, {mode}")
+    print(f"Machine: {machine_note()}\n")
     print_summary(rows, fallback_rows, cpu_us=cpu_us, rss=max(rss, rss_end), ttfb_added=ttfb_gateway - ttfb_direct)
     print("\nAll rows:\n")
     print(
