@@ -145,6 +145,8 @@ class LogSink:
             self._thread.join(timeout=timeout)
             if self._thread.is_alive():
                 log.error("request-log sink still writing at shutdown; %d records in flight", self._in_flight)
+            else:
+                self._report_trimmed(0, final=True)
         if self._buffer:
             self._spill()
 
@@ -276,11 +278,13 @@ class LogSink:
         if trimmed:
             self._report_trimmed(trimmed)
 
-    def _report_trimmed(self, trimmed: int) -> None:
-        """Log what the cap trimmed: the first time at once, then at most once per TRIM_REPORT_SECONDS."""
+    def _report_trimmed(self, trimmed: int, *, final: bool = False) -> None:
+        """Log what the cap trimmed: the first time at once, then at most once per TRIM_REPORT_SECONDS, and
+        what is left unreported when the sink stops (`final`)."""
         self._trimmed_unreported += trimmed
         now = self._clock()
-        if self._trim_reported_at is not None and now - self._trim_reported_at < TRIM_REPORT_SECONDS:
+        recent = self._trim_reported_at is not None and now - self._trim_reported_at < TRIM_REPORT_SECONDS
+        if not self._trimmed_unreported or (recent and not final):
             return
         log.error(
             "request-log stream over its cap of %d entries: %d records not yet ingested were trimmed%s "
