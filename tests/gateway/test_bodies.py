@@ -382,9 +382,12 @@ def test_bodies_give_their_room_back_once_read_or_written_not_when_the_upstream_
     hold a maximal reservation, large ones theirs, until the slow upstream answered: the rest waited, then 503."""
     from gateway.simulator import Behaviour
 
-    world.sim.behaviours["openai"] = Behaviour(latency_ms=1500)
+    # A waiter gives up after 1.5 s, half the upstream's 3 s: under the old rule every waiter past the first
+    # would; under this one all the reads, one after another, have 1.5 s (0.3 s was once too short on a busy CI
+    # machine, where the clients' threads share this process's GIL with the server's).
+    world.sim.behaviours["openai"] = Behaviour(latency_ms=3000)
     limits = replace(BodyLimits(), large_body=1024)
-    app = gateway_app(limits=limits, max_body=64 * 1024, body_buffer=64 * 1024, body_wait_seconds=0.3)
+    app = gateway_app(limits=limits, max_body=64 * 1024, body_buffer=64 * 1024, body_wait_seconds=1.5)
     if kind == "chunked-small":
         count, body = 8, orjson.dumps({"model": "gpt-4o", "messages": [user("hi")]})
     else:
