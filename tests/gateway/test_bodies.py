@@ -383,8 +383,8 @@ def test_bodies_give_their_room_back_once_read_or_written_not_when_the_upstream_
     from gateway.simulator import Behaviour
 
     # A waiter gives up after 1.5 s, half the upstream's 3 s: under the old rule every waiter past the first
-    # would; under this one all the reads, one after another, have 1.5 s (0.3 s was once too short on a busy CI
-    # machine, where the clients' threads share this process's GIL with the server's).
+    # would; under this one all the reads, one after another, have 1.5 s (0.3 s was once too short in a
+    # fresh-clone run of the whole suite; the cause was not reproduced).
     world.sim.behaviours["openai"] = Behaviour(latency_ms=3000)
     limits = replace(BodyLimits(), large_body=1024)
     app = gateway_app(limits=limits, max_body=64 * 1024, body_buffer=64 * 1024, body_wait_seconds=1.5)
