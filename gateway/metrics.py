@@ -335,7 +335,9 @@ class GatewayMetrics:
                 connections.close_all()  # the console collector's queries, in this worker thread
 
     def client_allowed(self, client: tuple[str, int] | list[Any] | None) -> bool:
-        """Whether the peer address (never a forwarded header) is in METRICS_ALLOWED_NETWORKS."""
+        """Whether the peer address, as the server reports it, is in METRICS_ALLOWED_NETWORKS. This code reads no
+        forwarded header itself; uvicorn's proxy-header handling may already have put the client named in
+        X-Forwarded-For in place of a trusted proxy's address (docs/metrics.md)."""
         from django.conf import settings
 
         return client is not None and address_allowed(str(client[0]), settings.METRICS_ALLOWED_NETWORKS)
