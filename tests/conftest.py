@@ -19,6 +19,25 @@ TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PASSWORD = "correct-horse-battery"
 
 
+# What a db_independent test may not use: the database, Django's settings, or a server that reads either.
+_PASS_DEPENDENT_FIXTURES = frozenset(
+    {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback", "live_server", "settings"}
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    """make test's second pass leaves out db_independent tests: refuse the mark on a test whose outcome the
+    pass (its DATABASE_URL and REDIS_URL) could change, so the mark cannot hide one from that pass."""
+    for item in items:
+        if item.get_closest_marker("db_independent") is None:
+            continue
+        used = _PASS_DEPENDENT_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+        if used or item.get_closest_marker("django_db"):
+            raise pytest.UsageError(
+                f"{item.nodeid} is marked db_independent but uses {', '.join(sorted(used)) or 'django_db'}"
+            )
+
+
 @pytest.fixture(autouse=True)
 def _empty_cache():
     """Every test starts with an empty Django cache. The test settings' cache lives in the process, so

@@ -3,6 +3,8 @@
 import pytest
 import redis
 
+pytestmark = pytest.mark.db_independent
+
 
 def _client(port: int) -> redis.Redis:
     return redis.Redis(host="127.0.0.1", port=port, socket_timeout=0.5, socket_connect_timeout=0.5)

@@ -29,6 +29,8 @@ from gateway.resilience import (
     retry_after,
 )
 
+pytestmark = pytest.mark.db_independent
+
 F = FailureClass
 ON = ResiliencePolicy(enabled=True)
 OFF = ResiliencePolicy()

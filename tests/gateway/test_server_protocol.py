@@ -6,9 +6,12 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from gateway.server import CorkedHttpToolsProtocol, CorkedTransport
 from tests.servers import run_async, serve
+
+pytestmark = pytest.mark.db_independent
 
 
 class _Recording:

@@ -11,6 +11,8 @@ import pytest
 from gateway.simulator import Behaviour, Simulator
 from tests.servers import serve
 
+pytestmark = pytest.mark.db_independent
+
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hello there"}]}
 
 

@@ -6,6 +6,8 @@ import httpx
 import openai
 import pytest
 
+pytestmark = pytest.mark.db_independent
+
 ANTHROPIC_HEADERS = {"x-api-key": "sk-ant-test", "anthropic-version": "2023-06-01"}
 AZURE_HEADERS = {"api-key": "az-test"}
 MESSAGES = {"model": "claude-x", "max_tokens": 64, "messages": [{"role": "user", "content": "hello there"}]}

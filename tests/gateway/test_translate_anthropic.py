@@ -25,6 +25,8 @@ from gateway.translate import (
     openai_to_anthropic_response,
 )
 
+pytestmark = pytest.mark.db_independent
+
 Json = dict[str, Any]
 PNG = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8/5+hHgAHggJ/PchI7wAAAABJRU5ErkJggg=="
 

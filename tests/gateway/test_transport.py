@@ -10,6 +10,8 @@ from gateway.simulator import Simulator
 from gateway.upstream.transport import FastTransport, origin_of
 from tests.servers import run_async, serve
 
+pytestmark = pytest.mark.db_independent
+
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 
 

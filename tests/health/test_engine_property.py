@@ -1,11 +1,14 @@
 """Random outcome/time sequences through each backend must match the reference model step by step."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from health.breaker import BreakerSettings, ConfigSet, ManualClock, Outcome
 from tests.health.conftest import M, P
 from tests.health.reference import Reference
+
+pytestmark = pytest.mark.db_independent
 
 CFG = BreakerSettings(
     failure_threshold=2, window_seconds=10, minimum_requests=2, initial_cooldown_seconds=30, cooldown_cap_seconds=120
