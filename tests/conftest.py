@@ -19,7 +19,8 @@ TEST_REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
 PASSWORD = "correct-horse-battery"
 
 
-# What a db_independent test may not use: the database, Django's settings, or a server that reads either.
+# What a db_independent test may not ask for, itself or through its fixtures (an item's fixturenames is the
+# whole closure): the database, a server on it, or Django's settings.
 _PASS_DEPENDENT_FIXTURES = frozenset(
     {"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback", "live_server", "settings"}
 )
