@@ -27,8 +27,9 @@ _PASS_DEPENDENT_FIXTURES = frozenset(
 
 
 def pytest_collection_modifyitems(config, items):
-    """make test's second pass leaves out db_independent tests: refuse the mark on a test whose outcome the
-    pass (its DATABASE_URL and REDIS_URL) could change, so the mark cannot hide one from that pass."""
+    """make test's second pass leaves out db_independent tests: refuse the mark on a test that asks for the
+    database or Django's settings (what that pass changes), so the mark cannot hide such a test from it. Code
+    that reads django.conf.settings on its own is not seen: the mark is the module author's claim."""
     for item in items:
         if item.get_closest_marker("db_independent") is None:
             continue
