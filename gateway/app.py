@@ -356,6 +356,9 @@ class GatewayApp:
                 code="invalid_model",
                 param="model",
             )
+        # Known from here on, so the log of a request refused for its other fields still says what it asked for.
+        call.requested_model = model
+        call.stream = payload.get("stream") is True
         messages = payload.get("messages")
         if not isinstance(messages, list) or not messages:
             raise Reject(
@@ -364,8 +367,6 @@ class GatewayApp:
                 code="missing_messages",
                 param="messages",
             )
-        call.requested_model = model
-        call.stream = payload.get("stream") is True
         # Only the raw bytes travel on: the parsed body (several times their size) goes before the upstream call.
         del payload, messages
         route = snap.resolve(call.key, model)

@@ -195,6 +195,21 @@ def test_every_request_produces_exactly_one_log_row(gateway, world):
     assert rows[4].key_id is None
 
 
+def test_a_request_refused_for_its_messages_is_logged_with_the_model_it_asked_for(gateway, world):
+    refused = post(gateway, world.secret, body={"model": "gpt-4o", "stream": True, "messages": 5})
+    unnamed = post(gateway, world.secret, body={"model": "x" * 300, "messages": 5})
+
+    assert gateway.sink.flush(timeout=10)
+
+    assert (refused.status_code, unnamed.status_code) == (400, 400)
+    rows = list(RequestLog.objects.order_by("created_at"))
+    assert [(r.error_kind, r.requested_model, r.stream) for r in rows] == [
+        ("missing_messages", "gpt-4o", True),
+        ("invalid_model", "", False),
+    ]
+    assert world.sim.requests == {}
+
+
 def test_routing_rule_alias_and_scope_precedence_pick_the_chain(gateway, world):
     team = TeamFactory()
     created = make_key(user=world.user, team=team, name="team key")
