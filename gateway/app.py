@@ -343,13 +343,16 @@ class GatewayApp:
         call.raw = await self._read_body(call, scope, receive)
         payload, odd_numbers = await self._parse(call.raw)
         if client is not None:
+            # Noted before the translation's own refusals, so that their log says what was asked for.
+            call.requested_model = _usable_model(payload.get("model")) or ""
+            call.stream = payload.get("stream") is True
             payload = await self._from_anthropic(call, payload, odd_numbers)
             client.model = str(payload.get("model") or "")
             odd_numbers = False  # refused above: a Messages request is always re-serialised
         model = payload.get("model")
         if not isinstance(model, str) or not model.strip():
             raise Reject(400, "Missing required parameter: 'model'.", code="missing_model", param="model")
-        if len(model) > MAX_MODEL_NAME or not _PRINTABLE.fullmatch(model):
+        if _usable_model(model) is None:
             raise Reject(
                 400,
                 f"Invalid 'model': at most {MAX_MODEL_NAME} printable characters.",
@@ -605,6 +608,13 @@ class GatewayApp:
             "error_kind": call.error_kind,
             "attempts": call.attempts,
         }
+
+
+def _usable_model(value: Any) -> str | None:
+    """`value` if it can name a model: a non-blank string of at most MAX_MODEL_NAME printable characters."""
+    if isinstance(value, str) and value.strip() and len(value) <= MAX_MODEL_NAME and _PRINTABLE.fullmatch(value):
+        return value
+    return None
 
 
 def _with_model(raw: bytes, model: str) -> bytes:

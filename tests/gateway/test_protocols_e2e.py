@@ -22,6 +22,7 @@ from gateway.config import ConfigHolder
 from gateway.logsink import LogSink
 from health.breaker.factory import build_engine
 from health.breaker.types import ConfigSet, ManualClock, Outcome
+from requestlogs.models import RequestLog
 from tests.factories import LlmModelFactory, ProviderFactory, UserFactory
 from tests.factories.keys import make_key
 from tests.gateway.conftest import TEST_BREAKER
@@ -90,6 +91,7 @@ def rig(transactional_db, sim):
             "oa": openai.OpenAI(base_url=f"{gateway_url}/v1", api_key=key.secret, max_retries=0, timeout=20),
             "an": anthropic.Anthropic(base_url=gateway_url, api_key=key.secret, max_retries=0, timeout=20),
             "reload": app.config.reload,
+            "sink": app.sink,
         }
 
 
@@ -285,6 +287,26 @@ def test_the_gateways_own_refusals_reach_the_anthropic_sdk_in_its_shape(rig):
             model="gpt-4o", max_tokens=10, extra_body={"top_k": 5}, messages=[{"role": "user", "content": "hi"}]
         )
     assert "top_k" in caught.value.message
+    assert rig["sim"].requests.get("openai", 0) == 0
+
+
+def test_an_anthropic_request_refused_before_translation_is_logged_with_what_it_asked_for(rig):
+    asked = {"max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
+    with pytest.raises(anthropic.BadRequestError):
+        rig["an"].messages.create(model="gpt-4o", stream=True, extra_body={"top_k": 5}, **asked)
+    with pytest.raises(anthropic.BadRequestError):
+        rig["an"].messages.create(model="gpt-4o", max_tokens=0, messages=asked["messages"])
+    with pytest.raises(anthropic.BadRequestError):
+        rig["an"].messages.create(model="x" * 300, extra_body={"top_k": 5}, **asked)
+
+    assert rig["sink"].flush(timeout=10)
+
+    rows = RequestLog.objects.order_by("created_at")
+    assert [(r.error_kind, r.requested_model, r.stream) for r in rows] == [
+        ("unsupported_parameter", "gpt-4o", True),
+        ("missing_max_tokens", "gpt-4o", False),
+        ("unsupported_parameter", "", False),
+    ]
     assert rig["sim"].requests.get("openai", 0) == 0
 
 
