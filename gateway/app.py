@@ -349,10 +349,11 @@ class GatewayApp:
             payload = await self._from_anthropic(call, payload, odd_numbers)
             client.model = str(payload.get("model") or "")
             odd_numbers = False  # refused above: a Messages request is always re-serialised
-        model = payload.get("model")
-        if not isinstance(model, str) or not model.strip():
-            raise Reject(400, "Missing required parameter: 'model'.", code="missing_model", param="model")
-        if _usable_model(model) is None:
+        named = payload.get("model")
+        model = _usable_model(named)
+        if model is None:
+            if not isinstance(named, str) or not named.strip():
+                raise Reject(400, "Missing required parameter: 'model'.", code="missing_model", param="model")
             raise Reject(
                 400,
                 f"Invalid 'model': at most {MAX_MODEL_NAME} printable characters.",
