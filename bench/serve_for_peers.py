@@ -71,8 +71,11 @@ def main() -> None:
         cwd=ROOT,
         env=env,
     )
-    # SIGTERM (kill, pkill) stops it like Ctrl-C: the gateway, its Redis keys and its files go with it.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM (kill, pkill) and SIGINT stop it like Ctrl-C: the gateway, its Redis keys and its files go with it.
+    # SIGINT is set here too because a shell script's background job starts with SIGINT ignored, and Python
+    # then installs no Ctrl-C handler of its own: `kill -INT` would do nothing.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _interrupt)
     try:
         wait_ready(f"http://127.0.0.1:{args.port}/readyz", gateway)
         print(f"BENCH_EXTRA_URL=http://127.0.0.1:{args.port}", flush=True)
