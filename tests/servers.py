@@ -65,8 +65,8 @@ def production_env(*, redis_url: str, namespace: str) -> dict[str, str]:
     """Environment for a product process (gateway, Celery worker) on this test's PostgreSQL database and Redis.
 
     Everything it keeps in Redis (breaker keys, the request-log stream, the Celery queue) is named under
-    `namespace`, so concurrent test runs sharing one Redis never take each other's work; delete
-    `namespace*` afterwards.
+    `namespace`, so concurrent test runs sharing one Redis never take each other's work; `delete_namespace`
+    removes it afterwards.
     """
     from django.conf import settings
     from django.db import connection
@@ -82,3 +82,17 @@ def production_env(*, redis_url: str, namespace: str) -> dict[str, str]:
         "REQUEST_LOG_STREAM": f"{namespace}:requestlogs",
         "CELERY_QUEUE": f"{namespace}:celery",
     }
+
+
+def delete_namespace(redis_url: str, namespace: str) -> None:
+    """Delete what a test kept in Redis under `namespace` (every key is `<namespace>:...`), and kombu's bindings
+    of a `production_env` Celery queue (`_kombu.binding.<namespace>:celery` and its `binding_permanent`
+    twin). kombu's shared keys (`unacked`, ...) stay: another run's worker may be using them."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    patterns = (f"{namespace}:*", f"_kombu.binding.{namespace}:*", f"_kombu.binding_permanent.{namespace}:*")
+    keys = [key for pattern in patterns for key in client.scan_iter(match=pattern, count=500)]
+    if keys:
+        client.delete(*keys)
+    client.close()

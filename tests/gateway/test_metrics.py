@@ -30,7 +30,7 @@ from health.breaker.factory import build_engine
 from health.breaker.types import ManualClock, Outcome, State
 from requestlogs.stream import StreamKeys
 from tests.gateway.conftest import make_model
-from tests.servers import production_env, run_async, serve
+from tests.servers import delete_namespace, production_env, run_async, serve
 
 ROOT = Path(__file__).resolve().parents[2]
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
@@ -431,10 +431,7 @@ def two_workers(world, redis_url, tmp_path):
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-        client = redis.Redis.from_url(redis_url)
-        keys = list(client.scan_iter(f"{namespace}*"))
-        if keys:
-            client.delete(*keys)
+        delete_namespace(redis_url, namespace)
 
 
 @pytest.mark.production

@@ -9,12 +9,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-import redis
 from django.db import connection
 
 from chains.models import FallbackChain
 from core.configbus import config_publish
-from tests.servers import production_env
+from tests.servers import delete_namespace, production_env
 
 pytestmark = pytest.mark.production
 
@@ -73,10 +72,7 @@ def gateways(world, redis_url):
             proc.terminate()
         for proc in procs:
             proc.wait(timeout=30)
-        client = redis.Redis.from_url(redis_url)
-        keys = list(client.scan_iter(f"{namespace}*"))
-        if keys:
-            client.delete(*keys)
+        delete_namespace(redis_url, namespace)
 
 
 def _post(url, world, body=BODY):

@@ -13,8 +13,7 @@ from gateway.config import ConfigHolder
 from health.breaker.redis_backend import RedisEngine
 from health.breaker.types import ConfigSet, ManualClock, Outcome, State
 from tests.gateway.conftest import TEST_BREAKER
-from tests.health.conftest import delete_namespace
-from tests.servers import serve
+from tests.servers import delete_namespace, serve
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 

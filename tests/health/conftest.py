@@ -5,7 +5,6 @@ import socket
 import uuid
 
 import pytest
-import redis
 
 from health.breaker import (
     BreakerEngine,
@@ -19,6 +18,7 @@ from health.breaker import (
 )
 from health.breaker.redis_backend import RedisEngine
 from tests.factories import LlmModelFactory, ProviderFactory
+from tests.servers import delete_namespace
 
 P, M = "openai", "gpt-4o"
 T0 = 1_700_000_000.0
@@ -36,14 +36,6 @@ def redis_engine(engines: list[RedisEngine], url: str, namespace: str, clock: Ma
     engine = RedisEngine(url=url, namespace=namespace, clock=clock, **kwargs)
     engines.append(engine)
     return engine
-
-
-def delete_namespace(url: str, namespace: str) -> None:
-    client = redis.Redis.from_url(url)
-    keys = list(client.scan_iter(match=f"{namespace}:*", count=500))
-    if keys:
-        client.delete(*keys)
-    client.close()
 
 
 def closed_port_url() -> str:

@@ -23,8 +23,8 @@ from health.services import (
     provider_drain,
 )
 from health.tasks import controls_expire_task
-from tests.health.conftest import delete_namespace, trip
-from tests.servers import production_env
+from tests.health.conftest import trip
+from tests.servers import delete_namespace, production_env
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENT_FIELDS = ("kind", "provider", "model", "generation", "actor", "reason")

@@ -20,8 +20,9 @@ from health.breaker import (
     history_stream,
 )
 from health.breaker.redis_backend import RedisEngine
-from tests.health.conftest import M, P, closed_port_url, config, delete_namespace, redis_engine
+from tests.health.conftest import M, P, closed_port_url, config, redis_engine
 from tests.health.events_worker import EVENTS_CONFIG, fail_together
+from tests.servers import delete_namespace
 
 T0 = 1_700_000_000.0
 OK = Outcome.of_status(200)

@@ -22,10 +22,11 @@ from health.events import (
 )
 from health.models import CircuitEvent
 from health.tasks import events_ingest_task
-from tests.health.conftest import T0, delete_namespace, trip
+from tests.health.conftest import T0, trip
 from tests.health.history_worker import HISTORY_CONFIG, MODEL, PROVIDER, gateway
 from tests.health.race_worker import SharedClock
 from tests.requestlogs.test_ingest import database_down
+from tests.servers import delete_namespace
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

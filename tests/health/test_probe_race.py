@@ -7,8 +7,8 @@ import uuid
 from health.breaker import ManualClock, Outcome
 from health.breaker.memory import MemoryEngine
 from health.breaker.redis_backend import RedisEngine
-from tests.health.conftest import delete_namespace
 from tests.health.race_worker import RACE_CONFIG, SharedClock, race
+from tests.servers import delete_namespace
 
 TRIALS = 200
 RACERS = 4

@@ -27,7 +27,7 @@ from requestlogs.models import RequestLog
 from tests.faults import FaultProxy
 from tests.gateway.conftest import sim, world  # noqa: F401 - the gateway test fixtures
 from tests.gateway.test_multiprocess import _free_port, _until
-from tests.servers import production_env, run_async
+from tests.servers import delete_namespace, production_env, run_async
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
 
@@ -120,10 +120,7 @@ class Stack:
             except subprocess.TimeoutExpired:
                 pass
             self.kill(proc)  # whatever of the group is left (an orphaned beat child, say)
-        client = redis.Redis.from_url(self.redis_url)
-        keys = list(client.scan_iter(f"{self.namespace}*"))
-        if keys:
-            client.delete(*keys)
+        delete_namespace(self.redis_url, self.namespace)
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ import redis
 
 from tests.gateway.conftest import sim, world  # noqa: F401 - the gateway test fixtures
 from tests.gateway.test_multiprocess import _free_port, _until
-from tests.servers import production_env
+from tests.servers import delete_namespace, production_env
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
 
@@ -67,10 +67,7 @@ def pipeline(world, redis_url, tmp_path):  # noqa: F811 - pytest fixture by name
             proc.terminate()
         for proc in (gateway, worker):
             proc.wait(timeout=30)
-        client = redis.Redis.from_url(redis_url)
-        keys = list(client.scan_iter(f"{namespace}*"))
-        if keys:
-            client.delete(*keys)
+        delete_namespace(redis_url, namespace)
 
 
 def test_a_gateway_request_reaches_the_page_and_the_api_through_the_stream(pipeline, world, admin_client, redis_url):  # noqa: F811
