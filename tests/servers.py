@@ -1,4 +1,5 @@
-"""Run an ASGI app on a real socket in a background thread, for tests over the network."""
+"""Run an ASGI app on a real socket in a background thread, for tests over the network; the environment of the
+product processes a test starts, and the removal of what they keep in Redis."""
 
 import asyncio
 import contextlib
@@ -8,6 +9,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import redis
 import uvicorn
 
 
@@ -88,8 +90,6 @@ def delete_namespace(redis_url: str, namespace: str) -> None:
     """Delete what a test kept in Redis under `namespace` (every key is `<namespace>:...`), and kombu's bindings
     of a `production_env` Celery queue (`_kombu.binding.<namespace>:celery` and its `binding_permanent`
     twin). kombu's shared keys (`unacked`, ...) stay: another run's worker may be using them."""
-    import redis
-
     client = redis.Redis.from_url(redis_url)
     patterns = (f"{namespace}:*", f"_kombu.binding.{namespace}:*", f"_kombu.binding_permanent.{namespace}:*")
     keys = [key for pattern in patterns for key in client.scan_iter(match=pattern, count=500)]
