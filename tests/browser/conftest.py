@@ -21,6 +21,13 @@ def browser_type_launch_args(browser_type_launch_args):
     return {**browser_type_launch_args, "executable_path": "/usr/bin/chromium", "args": CHROMIUM_ARGS}
 
 
+@pytest.fixture(scope="session")
+def base_url(pytestconfig: pytest.Config) -> str | None:
+    """pytest-playwright's fallback `base_url` is a fixture method of a plugin class, which pytest deprecates
+    (a warning in every run); this is the same value from a plain function. The tests pass absolute URLs."""
+    return pytestconfig.getoption("--base-url", default=None)
+
+
 @pytest.fixture
 def console_errors(page):
     """Console errors (CSP violations show up here) collected during the test."""
