@@ -199,9 +199,22 @@ def _building(cls: type, method: Any) -> Any:
     return built
 
 
-class CorkedHttpToolsProtocol(HttpToolsProtocol):
+class QuietUpgradeHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol, except that a request asking to upgrade the connection is not a warning.
+
+    Nothing served here speaks websockets (`--ws none`): such a request is answered as plain HTTP, as uvicorn
+    does, but uvicorn also logs two warnings for each one, so any client, before its key is checked, could
+    write two lines to the operator's log per request. They go to the debug level instead.
+    (`make run` serves the console and the gateway with this class; run_gateway with the one below.)
+    """
+
+    def _unsupported_upgrade_warning(self) -> None:
+        self.logger.debug("Upgrade request answered as plain HTTP: nothing here serves websockets.")
+
+
+class CorkedHttpToolsProtocol(QuietUpgradeHttpToolsProtocol):
     """uvicorn's httptools protocol writing through a CorkedTransport, calling disconnect hooks, writing each
-    response head from checked lines (see above)."""
+    response head from checked lines (see above), and quiet about upgrade requests."""
 
     on_headers_complete = _building(CheckedLinesCycle, HttpToolsProtocol.on_headers_complete)
 

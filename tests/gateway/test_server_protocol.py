@@ -1,14 +1,16 @@
 """The production HTTP protocol (gateway/server.py): one write per loop turn, nothing held longer."""
 
 import asyncio
+import logging
 import socket
 import threading
 import time
 
 import httpx
 import pytest
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from gateway.server import CorkedHttpToolsProtocol, CorkedTransport
+from gateway.server import CorkedHttpToolsProtocol, CorkedTransport, QuietUpgradeHttpToolsProtocol
 from tests.servers import run_async, serve
 
 pytestmark = pytest.mark.db_independent
@@ -105,6 +107,43 @@ def test_keep_alive_requests_on_one_connection_are_each_answered_whole():
 
     assert [a.json() for a in answers] == [{"path": f"/r{i}"} for i in range(20)]
     assert {a.headers["content-length"] for a in answers} == {"15", "16"}
+
+
+class _Records(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+UPGRADE = {"connection": "Upgrade", "upgrade": "websocket", "sec-websocket-version": "13", "sec-websocket-key": "x"}
+
+
+@pytest.mark.parametrize(
+    ("protocol", "warned"),
+    [(CorkedHttpToolsProtocol, False), (QuietUpgradeHttpToolsProtocol, False), (HttpToolsProtocol, True)],
+)
+def test_an_upgrade_request_is_answered_as_http_and_warns_only_under_uvicorns_own_protocol(protocol, warned):
+    # No websocket library is installed and nothing here serves websockets: uvicorn answers such a request as
+    # plain HTTP and logs two warnings for it, which any client could repeat on every request. Ours do not.
+    records = _Records()
+    logger = logging.getLogger("uvicorn.error")
+    with serve(_app, http=protocol, loop="uvloop") as url:
+        level = logger.level  # the server set it to warning
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(records)
+        try:
+            answer = httpx.get(f"{url}/up", headers=UPGRADE, timeout=10)
+        finally:
+            logger.removeHandler(records)
+            logger.setLevel(level)
+
+    assert answer.json() == {"path": "/up"}
+    said = [(r.levelno, r.getMessage()) for r in records.records if "upgrade request" in r.getMessage().lower()]
+    assert said  # ours still say it, at the debug level
+    assert any(levelno >= logging.WARNING for levelno, _ in said) is warned
 
 
 def test_a_streamed_chunk_is_not_held_for_the_next():

@@ -10,6 +10,8 @@ import uvicorn
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from gateway.server import QuietUpgradeHttpToolsProtocol
+
 ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -66,11 +68,15 @@ class Command(BaseCommand):
                 "controlplane.asgi:application",
                 host=host,
                 port=port,
-                http="httptools",
+                http=QuietUpgradeHttpToolsProtocol,
                 loop="uvloop",
                 lifespan="on",
                 access_log=False,
                 log_level="warning",
+                # As run_gateway: no `Server: uvicorn` on any answer; an Upgrade header is an ordinary request
+                # (nothing here serves websockets), not two warnings in the log for every client that sends one.
+                server_header=False,
+                ws="none",
             )
         finally:
             simulator.terminate()

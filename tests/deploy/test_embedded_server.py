@@ -1,0 +1,96 @@
+"""`manage.py run_embedded` (what `make run` starts), as a real process on real sockets: what its server says."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+UPGRADE = {
+    "connection": "Upgrade",
+    "upgrade": "websocket",
+    "sec-websocket-version": "13",
+    "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+}
+
+pytestmark = pytest.mark.db_independent  # its own SQLite file, whatever the pass's database
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """run_embedded on free ports over a migrated SQLite file; yields its URL and the file its stderr goes to."""
+    work = tmp_path_factory.mktemp("embedded")
+    keep = {k: v for k, v in os.environ.items() if k not in {"REDIS_URL", "DATABASE_URL", "CONTROLPLANE_VAR_DIR"}}
+    env = {
+        **keep,
+        "DJANGO_SETTINGS_MODULE": "controlplane.settings",
+        "DATABASE_URL": f"sqlite:///{work / 'db.sqlite3'}",
+        "CONTROLPLANE_VAR_DIR": str(work),
+    }
+    migrated = subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v0"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    port, stderr = _free_port(), work / "stderr.log"
+    with stderr.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "manage.py", "run_embedded", "--port", str(port), "--simulator-port", str(_free_port())],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        # Readiness wait for a process starting up (not a synchronisation sleep on behaviour under test).
+        while True:
+            assert proc.poll() is None, stderr.read_text()
+            try:
+                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "run_embedded did not start"
+            time.sleep(0.1)
+        yield url, stderr
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_no_answer_names_the_server(embedded: tuple[str, Path]) -> None:
+    url, _ = embedded
+    gateway = httpx.get(f"{url}/healthz", timeout=10)
+    console = httpx.get(f"{url}/login/", timeout=10)
+
+    assert (gateway.status_code, console.status_code) == (200, 200)
+    assert "server" not in gateway.headers
+    assert "server" not in console.headers
+
+
+def test_an_upgrade_request_is_answered_as_http_and_logs_nothing(embedded: tuple[str, Path]) -> None:
+    url, stderr = embedded
+    answer = httpx.get(f"{url}/v1/models", headers=UPGRADE, timeout=10)
+
+    assert answer.status_code == 401  # the gateway's own answer: no key was sent
+    assert answer.json()["error"]["code"] == "missing_api_key"
+    assert "upgrade" not in stderr.read_text().lower()
