@@ -12,6 +12,14 @@ from typing import Any
 import redis
 import uvicorn
 
+# The headers of a request asking to become a websocket, which nothing here serves.
+WEBSOCKET_UPGRADE = {
+    "connection": "Upgrade",
+    "upgrade": "websocket",
+    "sec-websocket-version": "13",
+    "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
+}
+
 
 @contextlib.contextmanager
 def serve(

@@ -11,13 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.servers import WEBSOCKET_UPGRADE
+
 ROOT = Path(__file__).resolve().parents[2]
-UPGRADE = {
-    "connection": "Upgrade",
-    "upgrade": "websocket",
-    "sec-websocket-version": "13",
-    "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
-}
 
 pytestmark = pytest.mark.db_independent  # its own SQLite file, whatever the pass's database
 
@@ -89,7 +85,7 @@ def test_no_answer_names_the_server(embedded: tuple[str, Path]) -> None:
 
 def test_an_upgrade_request_is_answered_as_http_and_logs_nothing(embedded: tuple[str, Path]) -> None:
     url, stderr = embedded
-    answer = httpx.get(f"{url}/v1/models", headers=UPGRADE, timeout=10)
+    answer = httpx.get(f"{url}/v1/models", headers=WEBSOCKET_UPGRADE, timeout=10)
 
     assert answer.status_code == 401  # the gateway's own answer: no key was sent
     assert answer.json()["error"]["code"] == "missing_api_key"

@@ -13,7 +13,7 @@ from django.db import connection
 
 from chains.models import FallbackChain
 from core.configbus import config_publish
-from tests.servers import delete_namespace, production_env
+from tests.servers import WEBSOCKET_UPGRADE, delete_namespace, production_env
 
 pytestmark = pytest.mark.production
 
@@ -174,13 +174,7 @@ def test_production_gateways_answer_without_a_server_header_and_refuse_websocket
     answer = _post(gateways[0], world)
     upgrade = httpx.get(
         f"{gateways[0]}/v1/models",
-        headers={
-            "authorization": f"Bearer {world.secret}",
-            "connection": "Upgrade",
-            "upgrade": "websocket",
-            "sec-websocket-version": "13",
-            "sec-websocket-key": "dGhlIHNhbXBsZSBub25jZQ==",
-        },
+        headers={"authorization": f"Bearer {world.secret}", **WEBSOCKET_UPGRADE},
         timeout=10,
     )
 

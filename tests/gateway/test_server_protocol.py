@@ -11,7 +11,7 @@ import pytest
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from gateway.server import CorkedHttpToolsProtocol, CorkedTransport, QuietUpgradeHttpToolsProtocol
-from tests.servers import run_async, serve
+from tests.servers import WEBSOCKET_UPGRADE, run_async, serve
 
 pytestmark = pytest.mark.db_independent
 
@@ -118,9 +118,6 @@ class _Records(logging.Handler):
         self.records.append(record)
 
 
-UPGRADE = {"connection": "Upgrade", "upgrade": "websocket", "sec-websocket-version": "13", "sec-websocket-key": "x"}
-
-
 @pytest.mark.parametrize(
     ("protocol", "warned"),
     [(CorkedHttpToolsProtocol, False), (QuietUpgradeHttpToolsProtocol, False), (HttpToolsProtocol, True)],
@@ -135,7 +132,7 @@ def test_an_upgrade_request_is_answered_as_http_and_warns_only_under_uvicorns_ow
         logger.setLevel(logging.DEBUG)
         logger.addHandler(records)
         try:
-            answer = httpx.get(f"{url}/up", headers=UPGRADE, timeout=10)
+            answer = httpx.get(f"{url}/up", headers=WEBSOCKET_UPGRADE, timeout=10)
         finally:
             logger.removeHandler(records)
             logger.setLevel(level)
