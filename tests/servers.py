@@ -3,6 +3,7 @@ product processes a test starts, and the removal of what they keep in Redis."""
 
 import asyncio
 import contextlib
+import json
 import os
 import threading
 import time
@@ -97,10 +98,21 @@ def production_env(*, redis_url: str, namespace: str) -> dict[str, str]:
 def delete_namespace(redis_url: str, namespace: str) -> None:
     """Delete what a test kept in Redis under `namespace` (every key is `<namespace>:...`), and kombu's bindings
     of a `production_env` Celery queue (`_kombu.binding.<namespace>:celery` and its `binding_permanent`
-    twin). kombu's shared keys (`unacked`, ...) stay: another run's worker may be using them."""
+    twin).
+
+    kombu's shared keys (`unacked`, `unacked_index`) stay, since another run's worker may be using them, but
+    the entries in them for this namespace's queues go: a worker killed mid-task leaves its message there, and
+    any later worker on the same Redis would put it back, recreating `<namespace>:celery` after this ran."""
     client = redis.Redis.from_url(redis_url)
     patterns = (f"{namespace}:*", f"_kombu.binding.{namespace}:*", f"_kombu.binding_permanent.{namespace}:*")
     keys = [key for pattern in patterns for key in client.scan_iter(match=pattern, count=500)]
     if keys:
         client.delete(*keys)
+    # An unacked entry is the JSON list [message, exchange, routing key]; the routing key names the queue.
+    ours = [
+        tag for tag, entry in client.hscan_iter("unacked") if str(json.loads(entry)[-1]).startswith(f"{namespace}:")
+    ]
+    if ours:
+        client.hdel("unacked", *ours)
+        client.zrem("unacked_index", *ours)
     client.close()
