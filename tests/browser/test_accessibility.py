@@ -118,6 +118,8 @@ def _chains_pages(page: Page, base: str, audit: AxeAudit, chain: FallbackChain) 
     audit.check(page, "Chain editor (modal, create)")
     page.keyboard.press("Escape")
     expect(page.locator("#chain-modal")).to_be_hidden()
+    # Closing the modal goes Back to the list's entry; a navigation started before that lands is aborted by it.
+    expect(page).to_have_url(f"{base}/fallback/chains/")
 
     # Create: a source and an entry with a smaller context window; the refresh shows the warnings.
     visit(page, audit, f"{base}/fallback/chains/new/", "Chain editor (create)", "Add Chain")
