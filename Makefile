@@ -25,7 +25,7 @@ help:
 	@echo "make bench-logs - Request Logs and the Dashboard on 2,000,000 rows, ingest rate, freshness (PostgreSQL, Redis)"
 	@echo "make bench-hostile - 50 concurrent maximal and hostile bodies: worker memory, /healthz latency (Redis)"
 	@echo "make bench-profile - where one gateway worker's CPU goes, by stage, under load (py-spy)"
-	@echo "make bench-instructions - instructions per request, healthy and failover (valgrind; load-independent)"
+	@echo "make bench-instructions - instructions per request: healthy, failover, failover with the policy on (valgrind; load-independent)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "python3.12 not found: install Python 3.12 and retry" >&2; exit 1; }

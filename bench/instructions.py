@@ -3,20 +3,22 @@
 Wall-clock figures on a shared 2-core machine move by 30% within an hour; an instruction count does not move
 with the machine's load. This starts the simulator and one gateway worker (the same uvicorn command line as
 `run_gateway`, production mode: Redis-backed breaker, request-log stream) under `valgrind --tool=callgrind`
-with counting off, then for the healthy model and for the failover model (primary's circuit open, the chain's
-first entry serving) in the order ABBA: sends warm-up requests, turns counting on, sends `--requests` requests
-one after another on one keep-alive connection, turns counting off and dumps the counts per thread. It prints
-instructions per request for the event-loop thread (where every request runs) and for the worker's other
-threads (log shipping, breaker outcomes, metrics, configuration), and the failover path's extra over the
-healthy one. The event-loop figure repeats within about 0.5% between rounds; the other threads' less, as their
-batches depend on timing.
+with counting off, then for the healthy model, the failover model (primary's circuit open, the chain's first
+entry serving) and the same failover with the chain's resilience policy on, in the order ABCCBA: sends warm-up
+requests, turns counting on, sends `--requests` requests one after another on one keep-alive connection, turns
+counting off and dumps the counts per thread. It prints instructions per request for the event-loop thread
+(where every request runs) and for the worker's other threads (log shipping, breaker outcomes, metrics,
+configuration), the failover path's extra over the healthy one, and the policy's over the default failover.
+The event-loop figure repeats within about 0.5% between rounds; the other threads' less, as their batches
+depend on timing.
 
     .venv/bin/python bench/instructions.py [--requests 300] [--by-function 40]
 
 `--by-function N` runs the worker with Python's perf trampolines on (PYTHONPERFSUPPORT=1: each Python
 function runs through its own small piece of machine code, which callgrind counts as a function, and the
 interpreter names those pieces in /tmp/perf-PID.map). It then prints the N Python functions whose inclusive
-count per request differs most between the first healthy and the first failover round. The trampolines add
+count per request differs most between the first healthy and the first failover round, and between that
+failover round and the first with the policy on. The trampolines add
 about 110,000 instructions per request, so read the differences, not the totals.
 
 Needs valgrind (`apt-get install -y valgrind`) and a local Redis; takes a few minutes (the worker runs about
@@ -44,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.gateway import (
     BODY,
     FALLBACK_BODY,
+    RESILIENT_BODY,
     ROOT,
     free_port,
     open_circuit,
@@ -54,7 +57,8 @@ from bench.gateway import (
 )
 from gateway.management.commands.run_gateway import uvicorn_argv
 
-PATHS = {"healthy": BODY, "failover": FALLBACK_BODY}
+PATHS = {"healthy": BODY, "failover": FALLBACK_BODY, "failover, policy on": RESILIENT_BODY}
+ORDER = ("healthy", "failover", "failover, policy on", "failover, policy on", "failover", "healthy")
 _TOTALS = re.compile(r"^totals: (\d+)", re.MULTILINE)
 
 
@@ -118,14 +122,16 @@ def by_function(dump: Path, perf_map: Path, requests: int) -> dict[str, float]:
     return counts
 
 
-def print_by_function(healthy: dict[str, float], failover: dict[str, float], n: int) -> None:
-    print("\nInclusive instructions per request by Python function, event-loop thread (with trampolines)\n")
-    print("| function | healthy | failover | failover − healthy |")
+def print_by_function(base: tuple[str, dict[str, float]], new: tuple[str, dict[str, float]], n: int) -> None:
+    (base_name, before), (new_name, after) = base, new
+    print(f"\nInclusive instructions per request by Python function, {new_name} against {base_name}, event-loop")
+    print("thread (with trampolines)\n")
+    print(f"| function | {base_name} | {new_name} | {new_name} − {base_name} |")
     print("|---|---:|---:|---:|")
-    names = sorted(healthy.keys() | failover.keys(), key=lambda k: -abs(failover.get(k, 0) - healthy.get(k, 0)))
+    names = sorted(before.keys() | after.keys(), key=lambda k: -abs(after.get(k, 0) - before.get(k, 0)))
     for name in names[:n]:
-        h, f = healthy.get(name, 0), failover.get(name, 0)
-        print(f"| `{name}` | {h:,.0f} | {f:,.0f} | {f - h:+,.0f} |")
+        b, a = before.get(name, 0), after.get(name, 0)
+        print(f"| `{name}` | {b:,.0f} | {a:,.0f} | {a - b:+,.0f} |")
 
 
 def main() -> None:
@@ -174,8 +180,9 @@ def main() -> None:
         url = f"{gw_url}/v1/chat/completions"
         headers = {"authorization": f"Bearer {key}", "content-type": "application/json"}
         open_circuit(url, headers, FALLBACK_BODY)
+        open_circuit(url, headers, RESILIENT_BODY)
         with httpx.Client(timeout=120) as client:
-            for i, name in enumerate(("healthy", "failover", "failover", "healthy")):
+            for i, name in enumerate(ORDER):
                 body = PATHS[name]
                 for _ in range(50):  # warm-up: pools, caches, the interpreter's specialisations
                     client.post(url, content=body, headers=headers).raise_for_status()
@@ -184,9 +191,9 @@ def main() -> None:
                 for _ in range(args.requests):
                     response = client.post(url, content=body, headers=headers)
                     response.raise_for_status()
-                    assert (response.headers.get("x-vidai-fallback") == "true") == (name == "failover")
+                    assert (response.headers.get("x-vidai-fallback") == "true") == (name != "healthy")
                 callgrind("-i", "off", str(gw.pid))
-                label = f"{name}-{i}"
+                label = f"{name.replace(', ', '-').replace(' ', '-')}-{i}"
                 callgrind("-d", label, str(gw.pid))
                 main_thread, other = counted(prefix, label)
                 rounds[name].append((main_thread // args.requests, other // args.requests))
@@ -194,8 +201,10 @@ def main() -> None:
             perf_map = Path(f"/tmp/perf-{gw.pid}.map")
             healthy = by_function(loop_dump(prefix, "healthy-0"), perf_map, args.requests)
             failover = by_function(loop_dump(prefix, "failover-1"), perf_map, args.requests)
+            policy = by_function(loop_dump(prefix, "failover-policy-on-2"), perf_map, args.requests)
             perf_map.unlink(missing_ok=True)
-            print_by_function(healthy, failover, args.by_function)
+            print_by_function(("healthy", healthy), ("failover", failover), args.by_function)
+            print_by_function(("failover", failover), ("policy on", policy), args.by_function)
     finally:
         for proc in reversed(procs):
             proc.terminate()
@@ -208,7 +217,7 @@ def main() -> None:
             keys.delete(k)
         shutil.rmtree(work, ignore_errors=True)
 
-    print(f"\nInstructions per request (callgrind), {args.requests} sequential requests per round, rounds ABBA\n")
+    print(f"\nInstructions per request (callgrind), {args.requests} sequential requests per round, rounds ABCCBA\n")
     print("| path | event-loop thread | other threads | whole worker | rounds (event-loop thread) |")
     print("|---|---:|---:|---:|---|")
     medians = {}
@@ -218,11 +227,13 @@ def main() -> None:
         medians[name] = (loop_thread, threads)
         each = ", ".join(f"{m:,}" for m, _ in got)
         print(f"| {name} | {loop_thread:,.0f} | {threads:,.0f} | {loop_thread + threads:,.0f} | {each} |")
-    (hl, ho), (fl, fo) = medians["healthy"], medians["failover"]
-    print(
-        f"\nFailover over healthy: event-loop thread {fl - hl:+,.0f} ({fl / hl - 1:+.1%}), "
-        f"whole worker {fl + fo - hl - ho:+,.0f} ({(fl + fo) / (hl + ho) - 1:+.1%})"
-    )
+    print()
+    for name, base in (("failover", "healthy"), ("failover, policy on", "failover")):
+        (bl, bo), (nl, no) = medians[base], medians[name]
+        print(
+            f"{name.capitalize()} over {base}: event-loop thread {nl - bl:+,.0f} ({nl / bl - 1:+.1%}), "
+            f"whole worker {nl + no - bl - bo:+,.0f} ({(nl + no) / (bl + bo) - 1:+.1%})"
+        )
 
 
 if __name__ == "__main__":
