@@ -18,8 +18,8 @@ depend on timing.
 function runs through its own small piece of machine code, which callgrind counts as a function, and the
 interpreter names those pieces in /tmp/perf-PID.map). It then prints the N Python functions whose inclusive
 count per request differs most between the first healthy and the first failover round, and between that
-failover round and the first with the policy on. The trampolines add
-about 110,000 instructions per request, so read the differences, not the totals.
+failover round and the first with the policy on. The trampolines add about 110,000 instructions per request,
+so read the differences, not the totals.
 
 Needs valgrind (`apt-get install -y valgrind`) and a local Redis; takes a few minutes (the worker runs about
 50 times slower under valgrind).
@@ -60,6 +60,11 @@ from gateway.management.commands.run_gateway import uvicorn_argv
 PATHS = {"healthy": BODY, "failover": FALLBACK_BODY, "failover, policy on": RESILIENT_BODY}
 ORDER = ("healthy", "failover", "failover, policy on", "failover, policy on", "failover", "healthy")
 _TOTALS = re.compile(r"^totals: (\d+)", re.MULTILINE)
+
+
+def dump_label(path: str, round_index: int) -> str:
+    """The name a round's dump is written under: `failover, policy on` in round 2 is `failover-policy-on-2`."""
+    return "-".join([*re.findall(r"\w+", path), str(round_index)])
 
 
 def callgrind(*args: str) -> None:
@@ -193,15 +198,16 @@ def main() -> None:
                     response.raise_for_status()
                     assert (response.headers.get("x-vidai-fallback") == "true") == (name != "healthy")
                 callgrind("-i", "off", str(gw.pid))
-                label = f"{name.replace(', ', '-').replace(' ', '-')}-{i}"
+                label = dump_label(name, i)
                 callgrind("-d", label, str(gw.pid))
                 main_thread, other = counted(prefix, label)
                 rounds[name].append((main_thread // args.requests, other // args.requests))
         if args.by_function:
             perf_map = Path(f"/tmp/perf-{gw.pid}.map")
-            healthy = by_function(loop_dump(prefix, "healthy-0"), perf_map, args.requests)
-            failover = by_function(loop_dump(prefix, "failover-1"), perf_map, args.requests)
-            policy = by_function(loop_dump(prefix, "failover-policy-on-2"), perf_map, args.requests)
+            first = {name: ORDER.index(name) for name in PATHS}
+            healthy, failover, policy = (
+                by_function(loop_dump(prefix, dump_label(name, first[name])), perf_map, args.requests) for name in PATHS
+            )
             perf_map.unlink(missing_ok=True)
             print_by_function(("healthy", healthy), ("failover", failover), args.by_function)
             print_by_function(("failover", failover), ("policy on", policy), args.by_function)
