@@ -5,11 +5,15 @@ import asyncio
 import contextlib
 import json
 import os
+import socket
+import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import redis
 import uvicorn
 
@@ -70,6 +74,43 @@ def run_async(coroutine: Any) -> Any:
     if "error" in result:
         raise result["error"]
     return result.get("value")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a process the test starts."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def until[T](predicate: Callable[[], T], timeout: float, what: str) -> T:
+    """Poll another process's observable state until `predicate()` is truthy (bounded); return that value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def wait_ready(
+    url: str, proc: subprocess.Popen[bytes], *, path: str = "/readyz", timeout: float = 30, log: Path | None = None
+) -> None:
+    """Wait until a product process the test started answers `path` with 200; fail with its stderr (a pipe, or
+    the file `log`) if it exits first."""
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            said = log.read_text() if log else proc.stderr.read().decode() if proc.stderr else ""
+            raise AssertionError(f"{url} exited with {proc.returncode}: {said[-2000:]}")
+        try:
+            return httpx.get(f"{url}{path}", timeout=1).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    until(ready, timeout, f"{url}{path} to answer 200")
 
 
 def production_env(*, redis_url: str, namespace: str) -> dict[str, str]:

@@ -1,27 +1,19 @@
 """`manage.py run_embedded` (what `make run` starts), as a real process on real sockets: what its server says."""
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.servers import WEBSOCKET_UPGRADE
+from tests.servers import WEBSOCKET_UPGRADE, free_port, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.db_independent  # its own SQLite file, whatever the pass's database
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
@@ -45,10 +37,10 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
         check=False,
     )
     assert migrated.returncode == 0, migrated.stderr
-    port, stderr = _free_port(), work / "stderr.log"
+    port, stderr = free_port(), work / "stderr.log"
     with stderr.open("w") as err:
         proc = subprocess.Popen(
-            [sys.executable, "manage.py", "run_embedded", "--port", str(port), "--simulator-port", str(_free_port())],
+            [sys.executable, "manage.py", "run_embedded", "--port", str(port), "--simulator-port", str(free_port())],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -56,17 +48,7 @@ def embedded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Pa
         )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        # Readiness wait for a process starting up (not a synchronisation sleep on behaviour under test).
-        while True:
-            assert proc.poll() is None, stderr.read_text()
-            try:
-                if httpx.get(f"{url}/healthz", timeout=2).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "run_embedded did not start"
-            time.sleep(0.1)
+        wait_ready(url, proc, path="/healthz", timeout=60, log=stderr)
         yield url, stderr
     finally:
         proc.terminate()

@@ -4,11 +4,9 @@ and (production) the sum over several uvicorn workers."""
 import asyncio
 import glob
 import os
-import socket
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -30,7 +28,7 @@ from health.breaker.factory import build_engine
 from health.breaker.types import ManualClock, Outcome, State
 from requestlogs.stream import StreamKeys
 from tests.gateway.conftest import make_model
-from tests.servers import delete_namespace, production_env, run_async, serve
+from tests.servers import delete_namespace, free_port, production_env, run_async, serve, until, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
@@ -375,23 +373,6 @@ def test_embedded_gateway_serves_the_console_metrics_too(world):
 # -- several workers -----------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _until(predicate, timeout: float, what: str):
-    """Poll another process's observable state until `predicate()` is truthy (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 def _served_per_worker(var_dir: Path) -> dict[int, float]:
     """Requests each worker has folded into its own metrics file (what the gateway's scrape sums)."""
     served = {}
@@ -406,7 +387,7 @@ def _served_per_worker(var_dir: Path) -> dict[int, float]:
 def two_workers(world, redis_url, tmp_path):
     namespace = f"test:metrics:{uuid.uuid4().hex}"
     env = {**production_env(redis_url=redis_url, namespace=namespace), "CONTROLPLANE_VAR_DIR": str(tmp_path)}
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "run_gateway", "--port", str(port), "--workers", "2"],
         cwd=ROOT,
@@ -416,17 +397,9 @@ def two_workers(world, redis_url, tmp_path):
     )
     url = f"http://127.0.0.1:{port}"
 
-    def ready():
-        if proc.poll() is not None:
-            raise AssertionError(f"gateway exited: {proc.stderr.read().decode()[-2000:]}")
-        try:
-            return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
-        except httpx.TransportError:
-            return False
-
     try:
-        _until(ready, 30, "the gateway ready")
-        _until(lambda: len(_served_per_worker(tmp_path)) == 2, 30, "two workers")
+        wait_ready(url, proc)
+        until(lambda: len(_served_per_worker(tmp_path)) == 2, 30, "two workers")
         yield url, tmp_path
     finally:
         proc.terminate()
@@ -445,7 +418,7 @@ def test_two_workers_report_the_sum_of_their_traffic(two_workers, world):
         for _ in range(10):
             statuses |= {r.status_code for r in pool.map(lambda _: post(url, world.secret), range(16))}
             sent += 16
-            _until(lambda n=sent: sum(_served_per_worker(var_dir).values()) == n, 10, "every worker folded")
+            until(lambda n=sent: sum(_served_per_worker(var_dir).values()) == n, 10, "every worker folded")
             if all(_served_per_worker(var_dir).values()):
                 break
     per_worker = _served_per_worker(var_dir)
@@ -454,7 +427,7 @@ def test_two_workers_report_the_sum_of_their_traffic(two_workers, world):
         # A new connection per scrape: either worker may answer; each must report the sum of both.
         return sum(scrape(url).get(REQUESTS, {}).values())
 
-    totals = [_until(lambda: scraped_total() == sent, 10, f"a scrape counting {sent}") for _ in range(6)]
+    totals = [until(lambda: scraped_total() == sent, 10, f"a scrape counting {sent}") for _ in range(6)]
 
     assert statuses == {200}
     assert len(per_worker) == 2 and all(per_worker.values()), per_worker

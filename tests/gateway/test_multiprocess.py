@@ -1,6 +1,5 @@
 """Production mode: several gateway processes (manage.py run_gateway) sharing Redis and PostgreSQL."""
 
-import socket
 import subprocess
 import sys
 import time
@@ -13,7 +12,7 @@ from django.db import connection
 
 from chains.models import FallbackChain
 from core.configbus import config_publish
-from tests.servers import WEBSOCKET_UPGRADE, delete_namespace, production_env
+from tests.servers import WEBSOCKET_UPGRADE, delete_namespace, free_port, production_env, until, wait_ready
 
 pytestmark = pytest.mark.production
 
@@ -21,28 +20,11 @@ ROOT = Path(__file__).resolve().parents[2]
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _until(predicate, timeout: float, what: str):
-    """Poll an outside process's observable state until `predicate()` is truthy (bounded)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-
-
 @pytest.fixture
 def gateways(world, redis_url):
     namespace = f"test:breaker:{uuid.uuid4().hex}"
     env = production_env(redis_url=redis_url, namespace=namespace)
-    ports = [_free_port() for _ in range(3)]
+    ports = [free_port() for _ in range(3)]
     procs = [
         subprocess.Popen(
             [sys.executable, "manage.py", "run_gateway", "--port", str(port)],
@@ -56,16 +38,7 @@ def gateways(world, redis_url):
     urls = [f"http://127.0.0.1:{port}" for port in ports]
     try:
         for url, proc in zip(urls, procs, strict=True):
-
-            def ready(url=url, proc=proc):
-                if proc.poll() is not None:
-                    raise AssertionError(f"gateway exited: {proc.stderr.read().decode()[-2000:]}")
-                try:
-                    return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
-                except httpx.TransportError:
-                    return False
-
-            _until(ready, 30, f"{url} ready")
+            wait_ready(url, proc)
         yield urls
     finally:
         for proc in procs:
@@ -87,7 +60,7 @@ def test_three_gateways_agree_on_a_circuit(gateways, world):
     # Defaults: 5 failures among at least 10 requests in 60 s open the circuit; spread them over all three.
     statuses = [_post(gateways[i % 3], world).status_code for i in range(10)]
     for url in gateways:
-        _until(lambda url=url: _post(url, world).headers.get("x-vidai-fallback") == "true", 2, f"{url} falls back")
+        until(lambda url=url: _post(url, world).headers.get("x-vidai-fallback") == "true", 2, f"{url} falls back")
     later = [_post(gateways[i % 3], world) for i in range(9)]
 
     assert statuses == [503] * 10
@@ -119,7 +92,7 @@ def test_chain_saved_through_the_api_reaches_every_gateway(gateways, world, admi
     )
     saved_at = time.monotonic()
     served = [
-        _until(
+        until(
             lambda url=url: _post(url, world).headers.get("x-vidai-model") == "mistral",
             1.0,
             f"{url} uses the new chain",
@@ -151,7 +124,7 @@ def test_gateways_keep_serving_when_the_database_is_down(gateways, world):
     try:
         config_publish()  # every gateway tries to rebuild, and fails
         for url in gateways:
-            _until(
+            until(
                 lambda url=url: httpx.get(f"{url}/readyz").json()["checks"]["config_stale"] == "db_unreachable",
                 5,
                 f"{url} notices",
