@@ -26,8 +26,7 @@ from django.db import connection
 from requestlogs.models import RequestLog
 from tests.faults import FaultProxy
 from tests.gateway.conftest import sim, world  # noqa: F401 - the gateway test fixtures
-from tests.gateway.test_multiprocess import _free_port, _until
-from tests.servers import delete_namespace, production_env, run_async
+from tests.servers import delete_namespace, free_port, production_env, run_async, until
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
 
@@ -72,7 +71,7 @@ class Stack:
         return proc
 
     def gateway(self, env: dict) -> tuple[subprocess.Popen, str]:
-        port = _free_port()
+        port = free_port()
         proc = self._spawn([sys.executable, "manage.py", "run_gateway", "--port", str(port)], env, "gateway")
         url = f"http://127.0.0.1:{port}"
 
@@ -83,7 +82,7 @@ class Stack:
             except httpx.TransportError:
                 return False
 
-        _until(ready, 30, "gateway ready")
+        until(ready, 30, "gateway ready")
         return proc, url
 
     def worker(self, env: dict) -> subprocess.Popen:
@@ -186,7 +185,7 @@ def _rows() -> list[str]:
 def _wait_rows(expected: set[str], timeout: float) -> float:
     """Wait (bounded) until the database holds a row for every id; return the seconds it took."""
     started = time.monotonic()
-    _until(lambda: RequestLog.objects.count() >= len(expected), timeout, f"{len(expected)} rows")
+    until(lambda: RequestLog.objects.count() >= len(expected), timeout, f"{len(expected)} rows")
     return time.monotonic() - started
 
 
@@ -255,7 +254,7 @@ def test_a_worker_killed_mid_batch_is_taken_over_and_every_row_arrives_once(stac
             except redis.ResponseError:
                 return 0  # the group does not exist yet
 
-        held = _until(holding_a_batch, 30, "the worker to read a batch")
+        held = until(holding_a_batch, 30, "the worker to read a batch")
         stack.kill(first)  # the worker and its beat child, as when its container dies
         first.wait(timeout=10)
         pg.restore()

@@ -16,8 +16,7 @@ import pytest
 import redis
 
 from tests.gateway.conftest import sim, world  # noqa: F401 - the gateway test fixtures
-from tests.gateway.test_multiprocess import _free_port, _until
-from tests.servers import delete_namespace, production_env
+from tests.servers import delete_namespace, free_port, production_env, until
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
 
@@ -29,7 +28,7 @@ BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 def pipeline(world, redis_url, tmp_path):  # noqa: F811 - pytest fixture by name
     namespace = f"test:pipeline:{uuid.uuid4().hex}"
     env = production_env(redis_url=redis_url, namespace=namespace)
-    port = _free_port()
+    port = free_port()
     gateway = subprocess.Popen(
         [sys.executable, "manage.py", "run_gateway", "--port", str(port)],
         cwd=ROOT,
@@ -60,7 +59,7 @@ def pipeline(world, redis_url, tmp_path):  # noqa: F811 - pytest fixture by name
             except httpx.TransportError:
                 return False
 
-        _until(ready, 30, "gateway ready")
+        until(ready, 30, "gateway ready")
         yield url, env["REQUEST_LOG_STREAM"]
     finally:
         for proc in (gateway, worker):
@@ -82,7 +81,7 @@ def test_a_gateway_request_reaches_the_page_and_the_api_through_the_stream(pipel
     def on_page():
         return request_id in admin_client.get("/logs/", {"status": "5xx"}).content.decode()
 
-    _until(on_page, 30, "the request on the Request Logs page")
+    until(on_page, 30, "the request on the Request Logs page")
     body = admin_client.get(f"/api/request-logs/{request_id}/").json()
     assert response.status_code == 503
     assert (body["status"], body["served_provider"], body["served_model"], body["key"]["id"]) == (
@@ -103,4 +102,4 @@ def test_a_gateway_request_reaches_the_page_and_the_api_through_the_stream(pipel
         }
     ]
     # What the gateway appended is acknowledged and removed from the stream once committed.
-    _until(lambda: redis.Redis.from_url(redis_url).xlen(stream) == 0, 30, "the stream drained")
+    until(lambda: redis.Redis.from_url(redis_url).xlen(stream) == 0, 30, "the stream drained")
