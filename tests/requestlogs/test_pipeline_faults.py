@@ -26,7 +26,7 @@ from django.db import connection
 from requestlogs.models import RequestLog
 from tests.faults import FaultProxy
 from tests.gateway.conftest import sim, world  # noqa: F401 - the gateway test fixtures
-from tests.servers import delete_namespace, free_port, production_env, run_async, until
+from tests.servers import delete_namespace, free_port, production_env, run_async, until, wait_ready
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
 
@@ -74,15 +74,7 @@ class Stack:
         port = free_port()
         proc = self._spawn([sys.executable, "manage.py", "run_gateway", "--port", str(port)], env, "gateway")
         url = f"http://127.0.0.1:{port}"
-
-        def ready():
-            self._alive(proc)
-            try:
-                return httpx.get(f"{url}/readyz", timeout=1).status_code == 200
-            except httpx.TransportError:
-                return False
-
-        until(ready, 30, "gateway ready")
+        wait_ready(url, proc, log=proc.log_path)  # type: ignore[attr-defined]
         return proc, url
 
     def worker(self, env: dict) -> subprocess.Popen:
