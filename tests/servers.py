@@ -95,6 +95,17 @@ def until[T](predicate: Callable[[], T], timeout: float, what: str) -> T:
     raise AssertionError(f"timed out after {timeout}s waiting for {what}")
 
 
+def within(predicate: Callable[[], object], timeout: float = 10.0) -> bool:
+    """Poll another thread's or process's progress until `predicate()` is truthy or `timeout` passes; whether it
+    was. For a test that still has to release what it holds (a hanging upstream, a socket) before it asserts."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return bool(predicate())
+
+
 def wait_ready(
     url: str, proc: subprocess.Popen[bytes], *, path: str = "/readyz", timeout: float = 30, log: Path | None = None
 ) -> None:

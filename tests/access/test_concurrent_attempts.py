@@ -3,7 +3,6 @@
 truly in parallel (SQLite serialises the writers anyway)."""
 
 import threading
-import time
 
 import pytest
 from django.db import connections
@@ -13,19 +12,12 @@ from access.forms import LOCKED_MESSAGE
 from audit.models import AuditEvent
 from tests.access.hashers import GatedCountingHasher
 from tests.conftest import PASSWORD
+from tests.servers import until
 
 pytestmark = [pytest.mark.production]
 
 ADDRESS = "203.0.113.7"
 BURST = 20
-
-
-def _until(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.01)
 
 
 def _attempt(password: str, results: list) -> None:
@@ -48,13 +40,13 @@ def test_a_burst_of_concurrent_attempts_checks_at_most_five_passwords(transactio
         for thread in threads:
             thread.start()
         # Every attempt has either been answered unchecked or is held inside the hasher.
-        _until(lambda: len(wrong) + GatedCountingHasher.checks >= BURST, 60, "the burst to settle")
+        until(lambda: len(wrong) + GatedCountingHasher.checks >= BURST, 60, "the burst to settle")
         held = GatedCountingHasher.checks
         # The right password, while the checked attempts are still in flight.
         late = threading.Thread(target=_attempt, args=(PASSWORD, right))
         threads.append(late)
         late.start()
-        _until(lambda: right or GatedCountingHasher.checks > held, 60, "the right password's attempt")
+        until(lambda: right or GatedCountingHasher.checks > held, 60, "the right password's attempt")
     finally:
         GatedCountingHasher.gate.set()
         for thread in threads:

@@ -4,7 +4,6 @@ import asyncio
 import json
 import socket
 import threading
-import time
 import tracemalloc
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -21,7 +20,7 @@ from health.breaker.factory import build_engine
 from health.breaker.types import ConfigSet, ManualClock
 from requestlogs.models import RequestLog
 from tests.gateway.conftest import TEST_BREAKER, parsed_alive_during_stream
-from tests.servers import run_async, serve
+from tests.servers import run_async, serve, until
 
 MIB = 1024 * 1024
 SMALL = BodyLimits(max_messages=3, max_content_parts=2, max_tools=2, max_depth=8, max_values=200, max_string_chars=100)
@@ -61,14 +60,6 @@ def object_keys(raw):
     objects = []
     json.loads(raw, object_pairs_hook=lambda items: objects.append([k for k, _ in items]) or dict(items))
     return objects
-
-
-def until(predicate, timeout=10):
-    """Bounded wait for the server thread's progress (not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize(
@@ -274,11 +265,11 @@ def test_large_bodies_wait_for_room_in_the_budget_and_time_out_with_503(world):
             + b'{"model": "gpt-4o"'
         )
         try:
-            until(lambda: app.body_budget.free < app.body_budget.capacity)
+            until(lambda: app.body_budget.free < app.body_budget.capacity, 10, "the slow client to hold room")
             waited = post_raw(url, world.secret, body)
         finally:
             slow.close()
-        until(lambda: app.body_budget.free == app.body_budget.capacity)  # the slow client's room came back
+        until(lambda: app.body_budget.free == app.body_budget.capacity, 10, "the slow client's room to come back")
         served = post_raw(url, world.secret, body)
         assert app.sink.flush(timeout=10)
 
@@ -423,7 +414,7 @@ def test_a_client_that_trickles_its_body_gets_a_408_and_its_room_back(world):
                 answer += data
         finally:
             slow.close()
-        until(lambda: app.body_budget.free == app.body_budget.capacity)
+        until(lambda: app.body_budget.free == app.body_budget.capacity, 10, "the body budget to be whole again")
         assert app.sink.flush(timeout=10)
 
     head, _, payload = answer.partition(b"\r\n\r\n")

@@ -2,7 +2,6 @@
 
 import json
 import socket
-import time
 import uuid
 
 import pytest
@@ -13,17 +12,9 @@ from gateway.config import ConfigHolder
 from health.breaker.redis_backend import RedisEngine
 from health.breaker.types import ConfigSet, ManualClock, Outcome, State
 from tests.gateway.conftest import TEST_BREAKER
-from tests.servers import delete_namespace, serve
+from tests.servers import delete_namespace, serve, within
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
-
-
-def _until(predicate, seconds: float = 10.0) -> bool:
-    """Bounded wait for another thread's progress (not a timing assertion)."""
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return predicate()
 
 
 @pytest.fixture
@@ -58,10 +49,10 @@ def test_client_gone_while_probing_releases_the_probe_slot(world, shared):
             + f"Authorization: Bearer {world.secret}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
             + body
         )
-        reached = _until(lambda: world.sim.requests["hang"] == 1)
+        reached = within(lambda: world.sim.requests["hang"] == 1)
         probing = other.get("openai", "gpt-4o")
         client.close()
-        abandoned = _until(lambda: world.sim.abandoned["hang"] == 1)
+        abandoned = within(lambda: world.sim.abandoned["hang"] == 1)
         assert engine.flush()
         after = other.get("openai", "gpt-4o")
 

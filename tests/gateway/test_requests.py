@@ -17,6 +17,7 @@ from health.breaker.types import State
 from requestlogs.models import RequestLog
 from tests.factories import AliasFactory, GuardrailFactory, RoutingRuleFactory, TeamFactory
 from tests.factories.keys import make_key
+from tests.servers import within
 
 BODY = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
 
@@ -306,7 +307,6 @@ def test_openai_sdk_works_unchanged(gateway, world):
 def test_client_disconnect_cancels_the_upstream_call(served, world, request):
     """Under any ASGI server (a task watching `receive`) and under run_gateway's (the server's disconnect hook)."""
     import socket
-    import time
 
     gateway = request.getfixturevalue(served)
 
@@ -323,16 +323,10 @@ def test_client_disconnect_cancels_the_upstream_call(served, world, request):
         + body
     )
 
-    def until(predicate):  # bounded wait for another thread's progress (not a timing assertion)
-        deadline = time.monotonic() + 10
-        while not predicate() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return predicate()
-
-    reached = until(lambda: world.sim.requests["hang"] == 1)
+    reached = within(lambda: world.sim.requests["hang"] == 1)
     client.close()
-    abandoned = until(lambda: world.sim.abandoned["hang"] == 1)
-    logged = until(lambda: gateway.sink.flush(timeout=1) and RequestLog.objects.exists())
+    abandoned = within(lambda: world.sim.abandoned["hang"] == 1)
+    logged = within(lambda: gateway.sink.flush(timeout=1) and RequestLog.objects.exists())
 
     assert (reached, abandoned, logged) == (True, True, True)
     row = RequestLog.objects.get()

@@ -24,7 +24,7 @@ from health.services import (
 )
 from health.tasks import controls_expire_task
 from tests.health.conftest import trip
-from tests.servers import delete_namespace, production_env
+from tests.servers import delete_namespace, production_env, until
 
 ROOT = Path(__file__).resolve().parents[2]
 EVENT_FIELDS = ("kind", "provider", "model", "generation", "actor", "reason")
@@ -356,16 +356,6 @@ class Worker:
             self.proc.stdin.write("quit\n")
             self.proc.stdin.flush()
             self.proc.wait(timeout=30)
-
-
-def until(predicate, timeout: float, what: str) -> float:
-    """Poll another process's answer until it holds (cross-process propagation); returns the time it took."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout:
-        if predicate():
-            return time.monotonic() - started
-        time.sleep(0.01)
-    raise AssertionError(f"not within {timeout}s: {what}")
 
 
 @pytest.fixture

@@ -1,12 +1,12 @@
 """Operator holds (force open, drain) inside the engines: both backends, degraded mode, and a second process."""
 
 import threading
-import time
 
 import redis
 
 from health.breaker import BreakerSettings, ConfigSet, Control, ControlKind, ManualClock, Outcome, State
 from tests.health.conftest import M, P, closed_port_url, redis_engine
+from tests.servers import within
 
 T0 = 1_700_000_000.0
 OK = Outcome.of_status(200)
@@ -142,14 +142,6 @@ def test_degraded_engine_still_applies_holds(engines):
     assert (during, after) == ((False, False, State.OPEN), (True, False, State.CLOSED))
 
 
-def _until(predicate, seconds: float = 10.0) -> bool:
-    """Bounded wait for another process's configuration reload (pub/sub, not clock-driven)."""
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return predicate()
-
-
 def _wait_subscribed(client: redis.Redis, channel: str, subscribers: int) -> None:
     ready = threading.Event()
     for _ in range(500):
@@ -183,7 +175,7 @@ def test_hold_published_by_one_process_is_refused_by_another_and_expires(redis_u
     store["config"] = held(hold)
     setter.configure(store["config"])  # the in-process listener of the process that made the change
     client.publish(channel, "1")
-    reached = _until(lambda: other.get(P, M).control == hold)
+    reached = within(lambda: other.get(P, M).control == hold)
     refused = answer(other)
     snapshot = other.get(P, M)
     clock.set(T0 + 600)  # the hold's expiry has passed on the engine clock

@@ -17,6 +17,7 @@ from health.breaker import ManualClock, MemoryEngine, Outcome, State, factory, u
 from health.breaker.redis_backend import RedisEngine
 from tests.faults import FaultProxy
 from tests.health.conftest import M, P, redis_engine, trip
+from tests.servers import within
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
@@ -30,14 +31,6 @@ def direct(redis_url):
     client = redis.Redis.from_url(redis_url, decode_responses=True)
     yield client
     client.close()
-
-
-def _until(predicate, seconds: float = 10.0) -> bool:
-    """Bounded wait for another thread's or Redis's progress (not a timing assertion)."""
-    deadline = time.monotonic() + seconds
-    while not predicate() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return predicate()
 
 
 def _name_probe_connection(engine: RedisEngine) -> str:
@@ -71,7 +64,7 @@ def _frozen_allow(
     assert [(p, m) for p, m, _ in abandoned] == [(P, M)]
     proxy.restore()
     # The held EVALSHA reaches Redis now; the connection it came on closes right after it ran.
-    assert _until(lambda: name not in {c.get("name") for c in direct.client_list()})
+    assert within(lambda: name not in {c.get("name") for c in direct.client_list()})
     print(f"\nfigure: probe allow() in a frozen Redis returned a local decision after {waited * 1000:.0f} ms")
     return abandoned
 
@@ -96,7 +89,7 @@ def test_allow_that_timed_out_in_a_frozen_redis_leaves_no_orphan_probe(
     probe = other.allow(P, M)
     assert (circuit.state, circuit.probe_in_flight) == (State.HALF_OPEN, False)
     assert (probe.allowed, probe.probe) == (True, True)
-    assert _until(gateway.resync)
+    assert within(gateway.resync)
     assert gateway.degraded is False
 
 
@@ -113,7 +106,7 @@ def test_short_freeze_inside_the_margin_leaves_no_orphan_once_redis_answers(
     clock.advance(60)
 
     abandoned = _frozen_allow(gateway, redis_proxy, direct, hold_release=False)
-    back = _until(gateway.resync)
+    back = within(gateway.resync)
     circuit = other.get(P, M)
     other.refresh(P, M)
     probe = other.allow(P, M)
@@ -202,7 +195,7 @@ def _counting_client(url: str, **kwargs) -> tuple[redis.Redis, type[redis.Connec
 
 def _settled(engine: RedisEngine) -> None:
     """Wait for the subscriber's first resync, so that nothing else measures the offset behind the test's back."""
-    assert _until(lambda: engine._measurements >= 2)
+    assert within(lambda: engine._measurements >= 2)
 
 
 def test_late_refusal_remeasures_the_offset_and_holds_the_circuit_locally(
@@ -221,7 +214,7 @@ def test_late_refusal_remeasures_the_offset_and_holds_the_circuit_locally(
 
     refused = [engine.allow(P, M) for _ in range(20)]
     sent_while_held = counting.sent
-    remeasured = _until(lambda: engine._measurements >= 3)
+    remeasured = within(lambda: engine._measurements >= 3)
     offset_after = engine._real_offset_ms
     clock.advance(5)  # the local hold is over
     probe = engine.allow(P, M)
@@ -351,7 +344,7 @@ def test_released_tickets_are_forgotten_after_their_own_time(redis_url, namespac
     engine._eval("release", P, M, "60000", "ticket-kept")
     engine._eval("release", P, M, "1", "ticket-old")  # remembered for 1 ms only
     forget_at = float(direct.zscore(key, "ticket-old"))
-    assert _until(lambda: _redis_ms(direct) > forget_at)  # Redis TIME has moved past it
+    assert within(lambda: _redis_ms(direct) > forget_at)  # Redis TIME has moved past it
     engine._eval("release", P, M, "60000", "ticket-new")
     ttl = direct.pttl(key)
 

@@ -3,7 +3,6 @@ dead-lettered, a sink that cannot write at shutdown spills to a file that the ne
 
 import fcntl
 import logging
-import time
 
 import orjson
 import pytest
@@ -15,17 +14,9 @@ from requestlogs.models import RequestLog
 from requestlogs.stream import StreamKeys
 from tests.faults import FaultProxy
 from tests.requestlogs.test_ingest import record
+from tests.servers import until
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
-
-
-def _until(condition, timeout: float, what: str) -> None:
-    """Poll another thread's progress, bounded."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.02)
 
 
 def _stored_ids() -> list[str]:
@@ -161,7 +152,7 @@ def test_a_sink_stopped_while_redis_is_down_spills_and_the_next_start_replays(re
         proxy.restore()
         second = LogSink(redis_url=via_proxy, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
         second.start()
-        _until(lambda: second.replayed == 10, 10, "the replay")
+        until(lambda: second.replayed == 10, 10, "the replay")
         second.stop()
 
     request_logs_ingest(redis_url=redis_url, stream=stream)
@@ -180,13 +171,13 @@ def test_a_replay_repeated_after_a_crash_stores_each_row_once(redis_url, stream,
     spill.write_bytes(content)
     first = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
     first.start()
-    _until(lambda: first.replayed == 10, 10, "the first replay")
+    until(lambda: first.replayed == 10, 10, "the first replay")
     first.stop()
     # A crash after the records reached Redis but before the file was deleted: the next start replays it all.
     spill.write_bytes(content)
     second = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
     second.start()
-    _until(lambda: second.replayed == 10, 10, "the second replay")
+    until(lambda: second.replayed == 10, 10, "the second replay")
     second.stop()
 
     in_stream = redis.Redis.from_url(redis_url).xlen(stream)
@@ -203,7 +194,7 @@ def test_a_torn_spill_line_is_dead_lettered_and_the_rest_replayed(redis_url, str
     sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
 
     sink.start()
-    _until(lambda: not spill.exists(), 10, "the replay")
+    until(lambda: not spill.exists(), 10, "the replay")
     sink.stop()
     request_logs_ingest(redis_url=redis_url, stream=stream)
 
@@ -221,9 +212,9 @@ def test_a_spill_file_another_process_holds_is_left_alone(redis_url, stream, tmp
         fcntl.flock(lock, fcntl.LOCK_EX)  # what a gateway still writing it (or replaying it) holds
         sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
         sink.start()
-        _until(lambda: not free.exists(), 10, "the free file's replay")
+        until(lambda: not free.exists(), 10, "the free file's replay")
         while_held = (held.exists(), sink.replayed)
-    _until(lambda: not held.exists(), 10, "the held file's replay once released")
+    until(lambda: not held.exists(), 10, "the held file's replay once released")
     sink.stop()
 
     assert while_held == (True, 1)
