@@ -13,6 +13,7 @@ from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
 from health.models import CircuitControl, CircuitEvent
 from health.selectors import circuit_anchor
 from tests.browser.test_health_browser import log_in, record
+from tests.servers import until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
 
@@ -23,14 +24,6 @@ def live_engine(monkeypatch):
     monkeypatch.setattr(health_views, "POLL_SECONDS", 1)
     with use_engine(engine):
         yield engine
-
-
-def wait_for(condition, seconds: float = 5.0) -> None:
-    """The configuration change reaches the engine through the config bus (another thread): poll with a deadline."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        time.sleep(0.02)
 
 
 def test_force_open_then_release_through_the_console(
@@ -63,7 +56,7 @@ def test_force_open_then_release_through_the_console(
     hold = CircuitControl.objects.get()
     assert (hold.kind, hold.provider, hold.model, hold.created_by) == ("forced_open", "openai", "gpt-4o", "alice")
     assert hold.expires_at is not None
-    wait_for(lambda: not live_engine.allow("openai", "gpt-4o").allowed)
+    until(lambda: not live_engine.allow("openai", "gpt-4o").allowed, 5, "the engine to refuse the forced-open circuit")
 
     page.get_by_role("link", name="Release openai / gpt-4o").click()
     expect(dialog).to_be_visible()
@@ -72,7 +65,7 @@ def test_force_open_then_release_through_the_console(
     expect(row.locator(".ph-pill-held")).to_have_count(0)
     expect(page.get_by_role("link", name="Force open openai / gpt-4o")).to_be_visible()
     assert not CircuitControl.objects.exists()
-    wait_for(lambda: live_engine.allow("openai", "gpt-4o").allowed)
+    until(lambda: live_engine.allow("openai", "gpt-4o").allowed, 5, "the engine to allow the released circuit")
 
     actions = list(AuditEvent.objects.order_by("id").values_list("action", flat=True))
     assert actions[-2:] == ["circuit.force_open", "circuit.release"]

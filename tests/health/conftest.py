@@ -5,6 +5,7 @@ import socket
 import uuid
 
 import pytest
+import redis
 
 from health.breaker import (
     BreakerEngine,
@@ -18,7 +19,7 @@ from health.breaker import (
 )
 from health.breaker.redis_backend import RedisEngine
 from tests.factories import LlmModelFactory, ProviderFactory
-from tests.servers import delete_namespace
+from tests.servers import delete_namespace, until
 
 P, M = "openai", "gpt-4o"
 T0 = 1_700_000_000.0
@@ -36,6 +37,15 @@ def redis_engine(engines: list[RedisEngine], url: str, namespace: str, clock: Ma
     engine = RedisEngine(url=url, namespace=namespace, clock=clock, **kwargs)
     engines.append(engine)
     return engine
+
+
+def wait_subscribed(client: redis.Redis, channel: str, subscribers: int = 1) -> None:
+    """Wait, bounded, until `subscribers` engines listen on `channel` (each subscribes in its own thread)."""
+    until(
+        lambda: dict(client.pubsub_numsub(channel)).get(channel, 0) >= subscribers,
+        5,
+        f"{subscribers} subscriber(s) on {channel}",
+    )
 
 
 def closed_port_url() -> str:

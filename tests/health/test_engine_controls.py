@@ -1,11 +1,9 @@
 """Operator holds (force open, drain) inside the engines: both backends, degraded mode, and a second process."""
 
-import threading
-
 import redis
 
 from health.breaker import BreakerSettings, ConfigSet, Control, ControlKind, ManualClock, Outcome, State
-from tests.health.conftest import M, P, closed_port_url, redis_engine
+from tests.health.conftest import M, P, closed_port_url, redis_engine, wait_subscribed
 from tests.servers import within
 
 T0 = 1_700_000_000.0
@@ -142,16 +140,6 @@ def test_degraded_engine_still_applies_holds(engines):
     assert (during, after) == ((False, False, State.OPEN), (True, False, State.CLOSED))
 
 
-def _wait_subscribed(client: redis.Redis, channel: str, subscribers: int) -> None:
-    ready = threading.Event()
-    for _ in range(500):
-        if dict(client.pubsub_numsub(channel)).get(channel, 0) >= subscribers:
-            ready.set()
-            break
-        ready.wait(0.01)
-    assert ready.is_set()
-
-
 def test_hold_published_by_one_process_is_refused_by_another_and_expires(redis_url, namespace, engines):
     clock = ManualClock(T0)
     channel = f"{namespace}:config"
@@ -166,7 +154,7 @@ def test_hold_published_by_one_process_is_refused_by_another_and_expires(redis_u
         for _ in range(2)
     )
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    _wait_subscribed(client, channel, 2)
+    wait_subscribed(client, channel, 2)
     trip(setter, clock)  # opened at T0+9, cooldown until T0+69
     other.refresh(P, M)
     clock.set(T0 + 100)  # the cooldown is over: without the hold, the next call would be the probe

@@ -8,7 +8,7 @@ import pytest
 import redis
 
 from health.breaker import BreakerUnavailable, ManualClock, Outcome, State, factory
-from tests.health.conftest import M, P, closed_port_url, config, redis_engine, trip
+from tests.health.conftest import M, P, closed_port_url, config, redis_engine, trip, wait_subscribed
 
 T0 = 1_700_000_000.0
 FAIL = Outcome.of_status(503)
@@ -236,17 +236,6 @@ def test_keys_keep_the_plain_tag_and_encode_slash_and_percent_in_the_provider(re
     )
 
 
-def _wait_subscribed(client: redis.Redis, channel: str) -> None:
-    # The engine subscribes in its own thread (not clock-driven): wait for it, bounded.
-    ready = threading.Event()
-    for _ in range(500):
-        if dict(client.pubsub_numsub(channel)).get(channel, 0) >= 1:
-            ready.set()
-            break
-        ready.wait(0.01)
-    assert ready.is_set()
-
-
 def test_config_subscriber_logs_an_unreadable_database_once_without_a_traceback(
     redis_url, namespace, engines, caplog, monkeypatch
 ):
@@ -272,7 +261,7 @@ def test_config_subscriber_logs_an_unreadable_database_once_without_a_traceback(
         config_loader=loader,
     )
     client = redis.Redis.from_url(redis_url, decode_responses=True)
-    _wait_subscribed(client, channel)
+    wait_subscribed(client, channel)
 
     for _ in range(3):
         client.publish(channel, "0")
