@@ -17,7 +17,7 @@ from health.breaker import ManualClock, MemoryEngine, Outcome, State, factory, u
 from health.breaker.redis_backend import RedisEngine
 from tests.faults import FaultProxy
 from tests.health.conftest import M, P, redis_engine, trip
-from tests.servers import within
+from tests.servers import until, within
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
@@ -64,7 +64,7 @@ def _frozen_allow(
     assert [(p, m) for p, m, _ in abandoned] == [(P, M)]
     proxy.restore()
     # The held EVALSHA reaches Redis now; the connection it came on closes right after it ran.
-    assert within(lambda: name not in {c.get("name") for c in direct.client_list()})
+    until(lambda: name not in {c.get("name") for c in direct.client_list()}, 10, "the probe connection to close")
     print(f"\nfigure: probe allow() in a frozen Redis returned a local decision after {waited * 1000:.0f} ms")
     return abandoned
 
@@ -89,7 +89,7 @@ def test_allow_that_timed_out_in_a_frozen_redis_leaves_no_orphan_probe(
     probe = other.allow(P, M)
     assert (circuit.state, circuit.probe_in_flight) == (State.HALF_OPEN, False)
     assert (probe.allowed, probe.probe) == (True, True)
-    assert within(gateway.resync)
+    until(gateway.resync, 10, "a resync once Redis answers")
     assert gateway.degraded is False
 
 
@@ -195,7 +195,7 @@ def _counting_client(url: str, **kwargs) -> tuple[redis.Redis, type[redis.Connec
 
 def _settled(engine: RedisEngine) -> None:
     """Wait for the subscriber's first resync, so that nothing else measures the offset behind the test's back."""
-    assert within(lambda: engine._measurements >= 2)
+    until(lambda: engine._measurements >= 2, 10, "the subscriber's first resync")
 
 
 def test_late_refusal_remeasures_the_offset_and_holds_the_circuit_locally(
@@ -344,7 +344,7 @@ def test_released_tickets_are_forgotten_after_their_own_time(redis_url, namespac
     engine._eval("release", P, M, "60000", "ticket-kept")
     engine._eval("release", P, M, "1", "ticket-old")  # remembered for 1 ms only
     forget_at = float(direct.zscore(key, "ticket-old"))
-    assert within(lambda: _redis_ms(direct) > forget_at)  # Redis TIME has moved past it
+    until(lambda: _redis_ms(direct) > forget_at, 10, "Redis TIME to move past the deadline")
     engine._eval("release", P, M, "60000", "ticket-new")
     ttl = direct.pttl(key)
 
