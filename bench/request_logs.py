@@ -36,7 +36,6 @@ from urllib.parse import urlsplit
 if TYPE_CHECKING:
     from multiprocessing.queues import Queue
 
-    import redis
     from django.test import Client
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,6 +230,7 @@ def generate(n: int, keys: list, *, end: float, days: float = DAYS) -> list[tupl
                 step,
                 None,
                 step > 0,
+                False,
                 chain_from,
                 original,
                 status,
@@ -249,7 +249,8 @@ def generate(n: int, keys: list, *, end: float, days: float = DAYS) -> list[tupl
 
 COPY_COLUMNS = (
     "request_id, created_at, key_id, user_id, team_id, application_id, agent_id, requested_model, routed_model, "
-    "served_provider, served_model, chain_step, chain_id, fallback_triggered, fallback_from_provider, "
+    "served_provider, served_model, chain_step, chain_id, fallback_triggered, optimistic_primary, "
+    "fallback_from_provider, "
     "fallback_original_model, status, stream, latency_ms, ttfb_ms, tokens_in, tokens_out, cost_usd, error_kind, "
     "attempts"
 )
@@ -496,21 +497,25 @@ def explain(slowest: Slowest) -> None:
         print("\n" + "\n".join(line for (line,) in cursor.fetchall()))
 
 
-def _fill_stream(client: redis.Redis, stream: str, n: int, keys: list) -> None:
-    """XADD n records as gateways would: requests of the last few seconds (20,000 a second), in time order."""
-    import orjson
+def _fill_stream(stream: str, n: int, keys: list) -> None:
+    """Append n records as a busy gateway does (its log sink, full batches): requests of the last few seconds
+    (20,000 a second), in time order."""
+    from gateway.logsink import LogSink
 
     now = time.time()
     rows = generate(n, keys, end=now + n / 20_000, days=n / 20_000 / 86400)
     names = [c.strip() for c in COPY_COLUMNS.split(",")]
-    pipe = client.pipeline(transaction=False)
+    sink = LogSink(redis_url=REDIS_URL, stream_key=stream, maxlen=0, flush_seconds=60, max_buffer=n)
     for row in rows:
         record = dict(zip(names, row, strict=True))
         record["created_at"] = record["created_at"].timestamp()
         record["cost_usd"] = float(record["cost_usd"]) if record["cost_usd"] is not None else None
         record["requested_model"] = "bench-ingest"
-        pipe.xadd(stream, {"r": orjson.dumps(record)})
-    pipe.execute()
+        sink.add(record)
+    sink.start()
+    if not sink.flush(timeout=120):
+        raise SystemExit("the backlog could not be written to Redis")
+    sink.stop()
 
 
 def _drain(stream: str, results: Queue[int]) -> None:
@@ -540,13 +545,14 @@ def measure_ingest(n: int, keys: list) -> None:
     from django.db import connections
 
     from requestlogs.models import RequestLog
+    from requestlogs.stream import StreamKeys
 
     client = redis.Redis.from_url(REDIS_URL)
     fork = multiprocessing.get_context("fork")
     print()
     for tasks in (1, 2):
         stream = f"bench:requestlogs:{uuid.uuid4().hex}"
-        _fill_stream(client, stream, n, keys)
+        _fill_stream(stream, n, keys)
         connections.close_all()  # each process opens its own
         results = fork.Queue()
         try:
@@ -563,7 +569,7 @@ def measure_ingest(n: int, keys: list) -> None:
                 f"{total:,} rows in {elapsed:.1f} s = {total / elapsed:,.0f} rows/s"
             )
         finally:
-            client.delete(stream)
+            client.delete(stream, StreamKeys(stream).records)
             RequestLog.objects.filter(requested_model="bench-ingest").delete()
     measure_celery_worker(n, keys)
 
@@ -571,23 +577,24 @@ def measure_ingest(n: int, keys: list) -> None:
 def measure_celery_worker(n: int, keys: list) -> None:
     """A real `celery worker --beat` (prefork, 2 processes; beat sends requestlogs.ingest every second) draining a
     backlog of n records: rows per second from the first row committed to the last."""
-    import secrets
     import subprocess
     import tempfile
 
     import redis
+    from django.conf import settings
 
     from requestlogs.models import RequestLog
+    from requestlogs.stream import StreamKeys
 
     client = redis.Redis.from_url(REDIS_URL)
     namespace = f"bench:celery:{uuid.uuid4().hex}"
     stream = f"{namespace}:requestlogs"
-    _fill_stream(client, stream, n, keys)
+    _fill_stream(stream, n, keys)
     env = {
         **os.environ,
         "DATABASE_URL": DATABASE_URL,
         "REDIS_URL": REDIS_URL,
-        "SECRET_KEY": secrets.token_urlsafe(50),
+        "SECRET_KEY": settings.SECRET_KEY,  # the catalog's provider keys are encrypted under it
         "REQUEST_LOG_STREAM": stream,
         "CELERY_QUEUE": f"{namespace}:celery",
         "BREAKER_REDIS_NAMESPACE": namespace,
@@ -603,7 +610,7 @@ def measure_celery_worker(n: int, keys: list) -> None:
             first = last = None
             deadline = time.monotonic() + 600
             while time.monotonic() < deadline:
-                left = client.xlen(stream)
+                left = int(client.get(StreamKeys(stream).records) or 0)
                 now = time.perf_counter()
                 if left < n and first is None:
                     first = (now, n - left)

@@ -90,10 +90,7 @@ class ConsoleCollector(Collector):
         up = GaugeMetricFamily(CONSOLE + "requestlog_redis_up", "1 if the request-log counters could be read.")
         try:
             client = redis.Redis.from_url(settings.REDIS_URL, socket_timeout=0.5, socket_connect_timeout=0.5)
-            pipe = client.pipeline(transaction=False)
-            pipe.xlen(keys.stream)
-            pipe.mget(keys.trimmed, keys.dropped, keys.dead_lettered)
-            length, (trimmed, dropped, dead) = pipe.execute()
+            length, trimmed, dropped, dead = client.mget(keys.records, keys.trimmed, keys.dropped, keys.dead_lettered)
         except redis.RedisError:
             up.add_metric([], 0.0)
             yield up
@@ -101,14 +98,14 @@ class ConsoleCollector(Collector):
         up.add_metric([], 1.0)
         yield up
         stream = GaugeMetricFamily(
-            CONSOLE + "requestlog_stream_length", "Entries in the request-log stream, not yet ingested."
+            CONSOLE + "requestlog_stream_length", "Records in the request-log stream, not yet ingested."
         )
-        stream.add_metric([], length)
+        stream.add_metric([], int(length or 0))
         yield stream
         for name, value, text in (
-            ("requestlog_trimmed", trimmed, "Entries the stream's length cap removed before they were ingested."),
+            ("requestlog_trimmed", trimmed, "Records the stream's cap removed before they were ingested."),
             ("requestlog_dropped", dropped, "Records gateways dropped because their buffer was full."),
-            ("requestlog_dead_lettered", dead, "Entries moved to the dead-letter stream (undecodable or refused)."),
+            ("requestlog_dead_lettered", dead, "Records moved to the dead-letter stream (undecodable or refused)."),
         ):
             counter = CounterMetricFamily(CONSOLE + name, text)
             counter.add_metric([], int(value or 0))

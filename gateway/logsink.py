@@ -27,7 +27,15 @@ from typing import Any
 
 import orjson
 
-from requestlogs.stream import DEAD_LETTER_MAXLEN, DEFAULT_MAXLEN, RECORD_FIELD, STREAM_KEY, StreamKeys
+from requestlogs.stream import (
+    BATCH_FIELD,
+    COUNT_FIELD,
+    DEAD_LETTER_MAXLEN,
+    DEFAULT_MAXLEN,
+    ENTRY_RECORDS_MAX,
+    STREAM_KEY,
+    StreamKeys,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,28 +44,41 @@ log = logging.getLogger(__name__)
 # is in Redis (`<stream>:trimmed`, exported as a metric).
 TRIM_REPORT_SECONDS = 60.0
 
-# Appends a batch under the cap and counts, in the same atomic step, what the cap trimmed: every entry
-# still in the stream is not yet acknowledged (ingest deletes what it committed), so XLEN before + added
-# - XLEN after is exactly the number of entries lost, or one too many per entry trimmed between its
-# commit and its acknowledgement (a conservative count). The sink's own buffer drops ride along.
-# KEYS: stream, trimmed, dropped, lost_since. ARGV: maxlen (0 = no cap), now, dropped delta, records...
+# Appends a batch as one entry, then trims whole entries, oldest first, until the stream holds at most the cap of
+# records, counting in the same atomic step the records it trimmed: every entry still in the stream is not yet
+# acknowledged (ingest deletes what it committed), so the count is exact, or too high by an entry trimmed between
+# its commit and its acknowledgement (conservative). An entry of the first format (one record, written by an
+# earlier release) is not in the records count: trimming it counts one trimmed record and leaves the count as
+# is. The records count starts again from nothing whenever the stream is empty, so any drift does not last.
+# The sink's own buffer drops ride along.
+# KEYS: stream, records, trimmed, dropped, lost_since. ARGV: cap (0 = none), now, dropped delta, count, batch.
 _APPEND_SCRIPT = f"""
-local before = redis.call('XLEN', KEYS[1])
-for i = 4, #ARGV do
-  if ARGV[1] == '0' then
-    redis.call('XADD', KEYS[1], '*', '{RECORD_FIELD}', ARGV[i])
+if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+redis.call('XADD', KEYS[1], '*', '{COUNT_FIELD}', ARGV[4], '{BATCH_FIELD}', ARGV[5])
+local held = redis.call('INCRBY', KEYS[2], ARGV[4])
+local cap = tonumber(ARGV[1])
+local trimmed = 0
+while cap > 0 and held > cap do
+  local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
+  if not oldest then break end
+  local counted = nil
+  for i = 1, #oldest[2], 2 do
+    if oldest[2][i] == '{COUNT_FIELD}' then counted = tonumber(oldest[2][i + 1]) end
+  end
+  redis.call('XDEL', KEYS[1], oldest[1])
+  if counted then
+    held = redis.call('DECRBY', KEYS[2], counted)
+    trimmed = trimmed + counted
   else
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[1], '*', '{RECORD_FIELD}', ARGV[i])
+    trimmed = trimmed + 1
   end
 end
-local trimmed = before + (#ARGV - 3) - redis.call('XLEN', KEYS[1])
 local dropped = tonumber(ARGV[3])
-if trimmed > 0 then redis.call('INCRBY', KEYS[2], trimmed) end
-if dropped > 0 then redis.call('INCRBY', KEYS[3], dropped) end
-if trimmed + dropped > 0 then redis.call('SET', KEYS[4], ARGV[2], 'NX') end
+if trimmed > 0 then redis.call('INCRBY', KEYS[3], trimmed) end
+if dropped > 0 then redis.call('INCRBY', KEYS[4], dropped) end
+if trimmed + dropped > 0 then redis.call('SET', KEYS[5], ARGV[2], 'NX') end
 return trimmed
 """
-
 
 # Request ids are names, not secrets: a generator seeded from the OS (again in a forked child, which would
 # otherwise repeat its parent's sequence) instead of a system call per id.
@@ -83,7 +104,7 @@ class LogSink:
         *,
         redis_url: str = "",
         flush_seconds: float = 0.5,
-        batch_size: int = 500,
+        batch_size: int = ENTRY_RECORDS_MAX,
         max_buffer: int = 50_000,
         stream_key: str = STREAM_KEY,
         maxlen: int = DEFAULT_MAXLEN,
@@ -97,6 +118,8 @@ class LogSink:
         # Where stop() writes what it could not send, and start() looks for what an earlier process left.
         self._spill_dir = Path(spill_dir) if spill_dir else None
         self._flush_seconds = flush_seconds
+        if not 1 <= batch_size <= ENTRY_RECORDS_MAX:
+            raise ValueError(f"batch_size must be from 1 to {ENTRY_RECORDS_MAX} (one stream entry), got {batch_size}")
         self._batch_size = batch_size
         # ~1 KiB a record: the cap bounds memory during a long outage (records past it are counted
         # and dropped, oldest first, and the drop is logged).
@@ -185,17 +208,13 @@ class LogSink:
                 probe = self._probe = redis.Redis.from_url(
                     self._redis_url, socket_timeout=0.5, socket_connect_timeout=0.5
                 )
-            pipe = probe.pipeline(transaction=False)
-            pipe.xlen(self.keys.stream)
-            pipe.get(self.keys.trimmed)
-            pipe.get(self.keys.dead_lettered)
-            length, trimmed, dead = pipe.execute()
+            held, trimmed, dead = probe.mget(self.keys.records, self.keys.trimmed, self.keys.dead_lettered)
         except Exception:  # noqa: BLE001 - Redis away: report it as a value
             return {**counts, "redis_up": 0}
         return {
             **counts,
             "redis_up": 1,
-            "stream_length": length,
+            "stream_length": int(held or 0),  # records, not entries
             "trimmed_total": int(trimmed or 0),
             "dead_lettered_total": int(dead or 0),
         }
@@ -271,8 +290,8 @@ class LogSink:
         dropped = self.dropped - self._dropped_reported
         keys = self.keys
         trimmed = self._append(
-            keys=[keys.stream, keys.trimmed, keys.dropped, keys.lost_since],
-            args=[self._maxlen, int(time.time()), dropped, *(orjson.dumps(record) for record in batch)],
+            keys=[keys.stream, keys.records, keys.trimmed, keys.dropped, keys.lost_since],
+            args=[self._maxlen, int(time.time()), dropped, len(batch), orjson.dumps(batch)],
         )
         self._dropped_reported += dropped
         if trimmed:
@@ -287,7 +306,7 @@ class LogSink:
         if not self._trimmed_unreported or (recent and not final):
             return
         log.error(
-            "request-log stream over its cap of %d entries: %d records not yet ingested were trimmed%s "
+            "request-log stream over its cap of %d records: %d records not yet ingested were trimmed%s "
             "(is the ingest worker running?)",
             self._maxlen,
             self._trimmed_unreported,

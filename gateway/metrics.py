@@ -517,15 +517,15 @@ class _Live(Collector):
         yield up
         if counts["redis_up"]:
             length = GaugeMetricFamily(
-                REQUESTLOG + "stream_length", "Entries in the Redis request-log stream, not yet ingested."
+                REQUESTLOG + "stream_length", "Records in the Redis request-log stream, not yet ingested."
             )
             length.add_metric([], counts["stream_length"])
             trimmed = CounterMetricFamily(
-                REQUESTLOG + "trimmed", "Entries the stream's length cap removed before they were ingested."
+                REQUESTLOG + "trimmed", "Records the stream's cap removed before they were ingested."
             )
             trimmed.add_metric([], counts["trimmed_total"])
             dead = CounterMetricFamily(
-                REQUESTLOG + "dead_lettered", "Entries moved to the dead-letter stream (undecodable or refused)."
+                REQUESTLOG + "dead_lettered", "Records moved to the dead-letter stream (undecodable or refused)."
             )
             dead.add_metric([], counts["dead_lettered_total"])
             yield from (length, trimmed, dead)

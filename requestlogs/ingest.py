@@ -14,7 +14,15 @@ import orjson
 import redis
 
 from requestlogs.services import request_logs_insert_isolating
-from requestlogs.stream import DEAD_LETTER_MAXLEN, RECORD_FIELD, STREAM_KEY, StreamKeys
+from requestlogs.stream import (
+    BATCH_FIELD,
+    COUNT_FIELD,
+    DEAD_LETTER_MAXLEN,
+    ENTRY_RECORDS_MAX,
+    RECORD_FIELD,
+    STREAM_KEY,
+    StreamKeys,
+)
 
 if TYPE_CHECKING:
     from redis.typing import EncodableT, FieldT, XReadGroupResponse
@@ -71,9 +79,10 @@ def request_logs_ingest(
     stream: str = STREAM_KEY,
     claim_idle_ms: int = CLAIM_IDLE_MS,
 ) -> IngestResult:
-    """Drain the stream in batches: insert (idempotent on request_id), then XACK. A failed insert acks nothing.
+    """Drain the stream in rounds of about `batch_size` records: insert (idempotent on request_id), then XACK
+    and XDEL. A failed insert acks nothing.
 
-    Each run first retries this consumer's own pending messages (a batch a database outage refused), then
+    Each round first retries this consumer's own pending messages (a batch a database outage refused), then
     takes over those a dead consumer left for `claim_idle_ms`, then reads new ones.
     """
     if not _running.acquire(blocking=False):
@@ -90,54 +99,109 @@ def request_logs_ingest(
         _running.release()
 
 
+# Acknowledges and deletes what committed, taking the records of the batch entries it deleted off
+# `<stream>:records` (an entry the cap trimmed meanwhile was taken off by the trim: XDEL answers 0 for it).
+# KEYS: stream, records. ARGV: group, then each entry's id and its counted records (0 for the first format).
+_ACK_SCRIPT = """
+local gone = 0
+for i = 2, #ARGV, 2 do
+  redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
+  if redis.call('XDEL', KEYS[1], ARGV[i]) == 1 then gone = gone + tonumber(ARGV[i + 1]) end
+end
+if gone > 0 then redis.call('DECRBY', KEYS[2], gone) end
+return gone
+"""
+
+
+@dataclass
+class _Entry:
+    """One stream entry as read: its records (None when undecodable), how many it holds, and how many of them
+    `<stream>:records` counts."""
+
+    id: bytes
+    fields: dict[bytes, bytes]
+    records: list[dict[str, Any]] | None
+    size: int
+    counted: int
+
+
+class _Round:
+    """The entries one round takes: up to `batch_size` records, in reads sized so that no read can return more
+    (an entry holds at most ENTRY_RECORDS_MAX records); each entry once, though two reads return it."""
+
+    def __init__(self, batch_size: int) -> None:
+        self.batch_size = batch_size
+        self.entries: dict[bytes, _Entry | None] = {}  # None: pending, but trimmed by the cap meanwhile
+        self.size = 0
+
+    def room(self) -> int:
+        """Entries the next read may take: 0 once the round holds `batch_size` records."""
+        left = self.batch_size - self.size
+        return 0 if left <= 0 else max(1, left // ENTRY_RECORDS_MAX)
+
+    def take(self, entries: list[Any]) -> None:
+        for mid, fields in entries:
+            if mid in self.entries:
+                continue
+            entry = _decode(mid, fields) if fields else None
+            self.entries[mid] = entry
+            self.size += entry.size if entry is not None else 0
+
+
+def _read(client: redis.Redis, consumer: str, stream: str, start: str, count: int) -> list[Any]:
+    entries: list[Any] = []
+    for _stream, got in _stream_entries(client.xreadgroup(GROUP, consumer, {stream: start}, count=count)):
+        entries.extend(got)
+    return entries
+
+
 def _ingest(*, redis_url: str, batch_size: int, max_batches: int, stream: str, claim_idle_ms: int) -> IngestResult:
     client = redis.Redis.from_url(redis_url, socket_timeout=5)
     keys = StreamKeys(stream)
+    ack = client.register_script(_ACK_SCRIPT)
     _ensure_group(client, stream)
     consumer = consumer_name()
     _forget_dead_consumers(client, stream, consumer, claim_idle_ms)
     read = inserted = dead = 0
     own_pending = True
     for _ in range(max_batches):
-        messages: list[tuple[bytes, dict[bytes, bytes] | None]] = []
-        if own_pending:
-            reply = _stream_entries(client.xreadgroup(GROUP, consumer, {stream: "0"}, count=batch_size))
-            for _stream, entries in reply:
-                messages.extend(entries)
-            own_pending = len(messages) == batch_size
-        if len(messages) < batch_size:
-            _, claimed, _ = client.xautoclaim(
-                stream, GROUP, consumer, claim_idle_ms, "0-0", count=batch_size - len(messages)
-            )
-            messages.extend(claimed)
-        if len(messages) < batch_size:
-            reply = _stream_entries(client.xreadgroup(GROUP, consumer, {stream: ">"}, count=batch_size - len(messages)))
-            for _stream, entries in reply:
-                messages.extend(entries)
-        if not messages:
+        batch = _Round(batch_size)
+        # This consumer's own pending entries first (a batch an outage refused), page by page from the start.
+        after = "0"
+        while own_pending and (count := batch.room()):
+            entries = _read(client, consumer, stream, after, count)
+            batch.take(entries)
+            own_pending = len(entries) == count
+            after = entries[-1][0] if entries else after
+        if count := batch.room():
+            _, claimed, _ = client.xautoclaim(stream, GROUP, consumer, claim_idle_ms, "0-0", count=count)
+            batch.take(claimed)
+        while count := batch.room():
+            entries = _read(client, consumer, stream, ">", count)
+            batch.take(entries)
+            if len(entries) < count:
+                break
+        if not batch.entries:
             break
-        # An idle claim can return this consumer's own pending messages, read just above: count each once.
-        messages = list(dict(messages).items())
         records: list[dict[str, Any]] = []
-        undecodable: list[tuple[bytes, dict[bytes, bytes]]] = []
-        for mid, fields in messages:
-            if not fields:
-                continue  # pending, but trimmed by the cap meanwhile: already counted as trimmed
-            record = _decode(fields)
-            if record is None:
-                undecodable.append((mid, fields))
+        undecodable: list[_Entry] = []
+        for entry in batch.entries.values():
+            if entry is None:
+                continue  # already counted as trimmed
+            if entry.records is None:
+                undecodable.append(entry)
             else:
-                records.append(record)
+                records.extend(entry.records)
         # A record the database refuses would block the stream forever: it goes to a dead-letter stream.
         # A connection failure raises instead, and nothing is acknowledged.
         count, refused = request_logs_insert_isolating(records=records)
         inserted += count
-        pipe = client.pipeline(transaction=False)  # dead letters, XACK and XDEL in one round trip
-        for mid, fields in undecodable:
-            log.error("request-log stream entry %s cannot be decoded; moved to %s", mid.decode(), keys.dead)
+        pipe = client.pipeline(transaction=False)  # dead letters and the acknowledgement in one round trip
+        for entry in undecodable:
+            log.error("request-log stream entry %s cannot be decoded; moved to %s", entry.id.decode(), keys.dead)
             pipe.xadd(
                 keys.dead,
-                {**_as_fields(fields), "entry_id": mid, "error": "undecodable entry"},
+                {**_as_fields(entry.fields), "entry_id": entry.id, "error": "undecodable entry"},
                 maxlen=DEAD_LETTER_MAXLEN,
             )
         for record, error in refused:
@@ -145,14 +209,16 @@ def _ingest(*, redis_url: str, batch_size: int, max_batches: int, stream: str, c
                 "request log %s refused by the database (%s); moved to %s", record.get("request_id"), error, keys.dead
             )
             pipe.xadd(keys.dead, {RECORD_FIELD: orjson.dumps(record), "error": error}, maxlen=DEAD_LETTER_MAXLEN)
-        if undecodable or refused:
-            pipe.incrby(keys.dead_lettered, len(undecodable) + len(refused))
-        ids = [mid for mid, _ in messages]
-        pipe.xack(stream, GROUP, *ids)
-        pipe.xdel(stream, *ids)
+        lost = sum(entry.size for entry in undecodable) + len(refused)
+        if lost:
+            pipe.incrby(keys.dead_lettered, lost)
+        acked: list[Any] = [GROUP]
+        for mid, entry in batch.entries.items():
+            acked += [mid, entry.counted if entry is not None else 0]
+        ack(keys=[stream, keys.records], args=acked, client=pipe)
         pipe.execute()
-        read += len(messages)
-        dead += len(undecodable) + len(refused)
+        read += batch.size
+        dead += lost
     return IngestResult(read=read, inserted=inserted, dead_lettered=dead)
 
 
@@ -169,9 +235,20 @@ def _forget_dead_consumers(client: redis.Redis, stream: str, consumer: str, idle
             client.xgroup_delconsumer(stream, GROUP, name)
 
 
-def _decode(fields: dict[bytes, bytes]) -> dict | None:
+def _decode(mid: bytes, fields: dict[bytes, bytes]) -> _Entry:
+    """A batch entry, or an entry of the first format (one record); `records` is None when it cannot be read."""
+    raw_count = fields.get(COUNT_FIELD.encode())
+    counted = int(raw_count) if raw_count is not None and raw_count.isdigit() else 0
+    if BATCH_FIELD.encode() in fields:
+        try:
+            records = orjson.loads(fields[BATCH_FIELD.encode()])
+        except orjson.JSONDecodeError:
+            records = None
+        if not isinstance(records, list) or not all(isinstance(record, dict) for record in records):
+            return _Entry(mid, fields, None, max(counted, 1), counted)
+        return _Entry(mid, fields, records, len(records), counted)
     try:
         record = orjson.loads(fields[RECORD_FIELD.encode()])
     except (KeyError, orjson.JSONDecodeError):
-        return None
-    return record if isinstance(record, dict) else None
+        record = None
+    return _Entry(mid, fields, [record] if isinstance(record, dict) else None, 1, counted)

@@ -185,14 +185,18 @@ def test_metrics_read_the_stream_counters_from_redis(world, redis_url):
     client = redis.Redis.from_url(redis_url)
     client.set(keys.trimmed, 12)
     client.set(keys.dead_lettered, 2)
-    client.xadd(stream, {"r": b"{}"})
+    writer = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05)  # another gateway's records
+    writer.start()
+    writer.add({"request_id": "a"})
+    assert writer.flush(timeout=10)
+    writer.stop()
     sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05)
     app = GatewayApp(config=ConfigHolder(), engine=build_engine(clock=ManualClock()), sink=sink)
     try:
         with serve(app, lifespan=True) as url:
             samples = scrape(url)
     finally:
-        client.delete(stream, keys.trimmed, keys.dead_lettered)
+        client.delete(stream, keys.records, keys.trimmed, keys.dead_lettered)
 
     assert {name: series[()] for name, series in samples.items() if name.startswith("controlplane_requestlog_")} == {
         "controlplane_requestlog_buffered": 0,

@@ -40,14 +40,19 @@ def test_readyz_reads_the_stream_counters_from_redis(world, redis_url):
     client = redis.Redis.from_url(redis_url)
     client.set(keys.trimmed, 12)
     client.set(keys.dead_lettered, 2)
-    client.xadd(stream, {"r": b"{}"})
+    writer = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05)  # another gateway's records
+    writer.start()
+    writer.add({"request_id": "a"})
+    writer.add({"request_id": "b"})
+    assert writer.flush(timeout=10)
+    writer.stop()
     sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05)
     app = GatewayApp(config=ConfigHolder(), sink=sink)
     try:
         with serve(app, lifespan=True) as url:
             ready = httpx.get(f"{url}/readyz").json()
     finally:
-        client.delete(stream, keys.trimmed, keys.dead_lettered)
+        client.delete(stream, keys.records, keys.trimmed, keys.dead_lettered)
 
     assert ready["request_logs"] == {
         "buffered": 0,
@@ -55,7 +60,7 @@ def test_readyz_reads_the_stream_counters_from_redis(world, redis_url):
         "spilled_total": 0,
         "replayed_total": 0,
         "redis_up": 1,
-        "stream_length": 1,
+        "stream_length": 2,  # records, in one entry
         "trimmed_total": 12,
         "dead_lettered_total": 2,
     }

@@ -23,7 +23,7 @@ def _stored_ids() -> list[str]:
     return sorted(RequestLog.objects.values_list("request_id", flat=True))
 
 
-def test_the_stream_cap_counts_every_entry_it_trims_before_ingestion(redis_url, stream):
+def test_the_stream_cap_counts_every_record_it_trims_before_ingestion(redis_url, stream):
     client = redis.Redis.from_url(redis_url)
     keys = StreamKeys(stream)
     records = [record(i) for i in range(1000)]
@@ -34,11 +34,11 @@ def test_the_stream_cap_counts_every_entry_it_trims_before_ingestion(redis_url, 
     assert sink.flush(timeout=10)
     sink.stop()
 
-    length = client.xlen(stream)
+    length = int(client.get(keys.records))
     trimmed = int(client.get(keys.trimmed))
     request_logs_ingest(redis_url=redis_url, stream=stream)
 
-    assert length < 1000  # the cap held (approximately: Redis trims whole nodes)
+    assert 0 < length <= 100  # the cap held, in records (whole entries are trimmed, oldest first)
     assert trimmed == 1000 - length
     assert client.get(keys.lost_since) is not None
     # Every record is either stored or counted as trimmed: none vanished uncounted.
@@ -64,7 +64,7 @@ def test_a_stream_kept_over_its_cap_logs_one_error_a_minute_with_the_count_since
     [line] = lines()
     at_once = int(line.split(": ")[1].split()[0])
     assert line == (
-        f"request-log stream over its cap of 100 entries: {at_once} records not yet ingested were trimmed "
+        f"request-log stream over its cap of 100 records: {at_once} records not yet ingested were trimmed "
         "(is the ingest worker running?)"
     )
     assert 0 < at_once < trimmed_total()
@@ -76,13 +76,13 @@ def test_a_stream_kept_over_its_cap_logs_one_error_a_minute_with_the_count_since
     assert len(lines()) == 1  # still trimming, still within the minute
 
     now[0] += 31
-    for i in range(2000, 2100):  # one batch, which trims a whole node of the stream
+    for i in range(2000, 2100):  # one batch, which trims the oldest entry
         sink.add(record(i))
     assert sink.flush(timeout=10)
     # The next line counts everything trimmed since the first line: the two add up to Redis's total.
     since_first = trimmed_total() - at_once
     assert lines()[1:] == [
-        f"request-log stream over its cap of 100 entries: {since_first} records not yet ingested "
+        f"request-log stream over its cap of 100 records: {since_first} records not yet ingested "
         "were trimmed in the last 61 s (is the ingest worker running?)"
     ]
 
@@ -93,7 +93,7 @@ def test_a_stream_kept_over_its_cap_logs_one_error_a_minute_with_the_count_since
     assert len(lines()) == 2  # within the minute again
     sink.stop()  # says what is left unreported
     assert lines()[2:] == [
-        f"request-log stream over its cap of 100 entries: {trimmed_total() - at_once - since_first} records "
+        f"request-log stream over its cap of 100 records: {trimmed_total() - at_once - since_first} records "
         "not yet ingested were trimmed in the last 5 s (is the ingest worker running?)"
     ]
 
@@ -108,7 +108,8 @@ def test_records_the_full_buffer_dropped_are_counted_in_redis(redis_url, stream)
     sink.stop()
 
     client = redis.Redis.from_url(redis_url)
-    assert (sink.dropped, int(client.get(StreamKeys(stream).dropped)), client.xlen(stream)) == (3, 3, 5)
+    keys = StreamKeys(stream)
+    assert (sink.dropped, int(client.get(keys.dropped)), int(client.get(keys.records))) == (3, 3, 5)
 
 
 def test_undecodable_entries_are_dead_lettered_with_a_log_line_naming_them(redis_url, stream, caplog):
@@ -180,7 +181,7 @@ def test_a_replay_repeated_after_a_crash_stores_each_row_once(redis_url, stream,
     until(lambda: second.replayed == 10, 10, "the second replay")
     second.stop()
 
-    in_stream = redis.Redis.from_url(redis_url).xlen(stream)
+    in_stream = int(redis.Redis.from_url(redis_url).get(StreamKeys(stream).records))
     result = request_logs_ingest(redis_url=redis_url, stream=stream)
 
     assert (in_stream, result.read, result.inserted) == (20, 20, 10)

@@ -1,0 +1,148 @@
+"""The stream holds one entry per batch, its records counted in `<stream>:records`; the ingest reads batches
+and entries of the first format (one record each) alike, in rounds bounded in records, and keeps the count
+exact through trims and acknowledgements."""
+
+import logging
+
+import orjson
+import pytest
+import redis
+
+from gateway.logsink import LogSink
+from requestlogs.ingest import request_logs_ingest
+from requestlogs.models import RequestLog
+from requestlogs.stream import ENTRY_RECORDS_MAX, StreamKeys
+from tests.requestlogs.test_ingest import database_down, record
+
+pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
+
+
+def _stored_ids() -> list[str]:
+    return sorted(RequestLog.objects.values_list("request_id", flat=True))
+
+
+def _write(redis_url: str, stream: str, records: list[dict], **options) -> None:
+    """Append `records` through a sink that writes them as one batch (they are all added before it starts)."""
+    sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=60, **options)
+    for r in records:
+        sink.add(r)
+    sink.start()
+    assert sink.flush(timeout=10)
+    sink.stop()
+
+
+def test_a_batch_is_one_entry_holding_its_records_and_their_count(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    records = [record(i) for i in range(3)]
+
+    _write(redis_url, stream, records)
+
+    [(_, fields)] = client.xrange(stream)
+    assert fields[b"n"] == b"3"
+    assert orjson.loads(fields[b"b"]) == records
+    assert int(client.get(StreamKeys(stream).records)) == 3
+
+
+def test_a_sink_batch_is_never_larger_than_an_entry_may_be():
+    with pytest.raises(ValueError, match=f"batch_size must be from 1 to {ENTRY_RECORDS_MAX}"):
+        LogSink(batch_size=ENTRY_RECORDS_MAX + 1)
+
+
+def test_entries_of_the_one_record_format_are_ingested_beside_batches(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    older = [record(i) for i in range(2)]  # written by a gateway of an earlier release
+    for r in older:
+        client.xadd(stream, {"r": orjson.dumps(r)})
+    newer = [record(i) for i in range(2, 6)]
+    _write(redis_url, stream, newer)
+
+    result = request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    assert (result.read, result.inserted, result.dead_lettered) == (6, 6, 0)
+    assert _stored_ids() == sorted(r["request_id"] for r in older + newer)
+    assert (client.xlen(stream), int(client.get(keys.records)), client.xpending(stream, "ingest")["pending"]) == (
+        0,
+        0,
+        0,
+    )
+
+
+def test_an_undecodable_batch_is_dead_lettered_whole_and_counted_by_its_records(redis_url, stream, caplog):
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    good = record(1)
+    torn = client.xadd(stream, {"n": b"3", "b": b'[{"request_id": "a"}, {"req'})
+    not_records = client.xadd(stream, {"n": b"2", "b": b"[1, 2]"})
+    _write(redis_url, stream, [good])
+
+    with caplog.at_level(logging.ERROR, logger="requestlogs.ingest"):
+        result = request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    dead = client.xrange(keys.dead)
+    assert (result.read, result.inserted, result.dead_lettered) == (6, 1, 5)
+    assert _stored_ids() == [good["request_id"]]
+    assert [(fields[b"entry_id"], fields[b"n"], fields[b"b"]) for _, fields in dead] == [
+        (torn, b"3", b'[{"request_id": "a"}, {"req'),
+        (not_records, b"2", b"[1, 2]"),
+    ]
+    assert int(client.get(keys.dead_lettered)) == 5
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert torn.decode() in logged and not_records.decode() in logged
+    assert (client.xlen(stream), client.xpending(stream, "ingest")["pending"]) == (0, 0)
+
+
+def test_a_round_takes_at_most_batch_size_records_however_the_entries_are_sized(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    full = [[record(i) for i in range(n * ENTRY_RECORDS_MAX, (n + 1) * ENTRY_RECORDS_MAX)] for n in range(3)]
+    for batch in full:
+        _write(redis_url, stream, batch)
+    singles = [record(i) for i in range(30)]
+    for r in singles:
+        client.xadd(stream, {"r": orjson.dumps(r)})
+
+    # Full entries: two of them make a round of 2 * ENTRY_RECORDS_MAX records, the third waits.
+    first = request_logs_ingest(redis_url=redis_url, stream=stream, batch_size=2 * ENTRY_RECORDS_MAX, max_batches=1)
+    held_after_first = int(client.get(keys.records))
+    # One-record entries: a round of 10 reads ten of them, one read after another, not one entry.
+    rest = request_logs_ingest(redis_url=redis_url, stream=stream, batch_size=ENTRY_RECORDS_MAX + 10, max_batches=1)
+    last = request_logs_ingest(redis_url=redis_url, stream=stream, batch_size=10, max_batches=1)
+
+    assert (first.read, first.inserted, held_after_first) == (2 * ENTRY_RECORDS_MAX, 2 * ENTRY_RECORDS_MAX, 500)
+    assert (rest.read, last.read) == (ENTRY_RECORDS_MAX + 10, 10)
+    assert client.xlen(stream) == 10
+    assert int(client.get(keys.records)) == 0  # what is left is of the first format, never counted
+
+
+def test_an_entry_trimmed_while_pending_is_taken_off_the_count_once(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    first, second = [record(i) for i in range(100)], [record(i) for i in range(100, 200)]
+    _write(redis_url, stream, first, maxlen=150)
+    with database_down(), pytest.raises(Exception):  # noqa: B017 - any database error
+        request_logs_ingest(redis_url=redis_url, stream=stream)  # the first batch is now pending
+    pending = client.xpending(stream, "ingest")["pending"]
+
+    _write(redis_url, stream, second, maxlen=150)  # 200 records over a cap of 150: the first entry goes
+    trimmed, held = int(client.get(keys.trimmed)), int(client.get(keys.records))
+    result = request_logs_ingest(redis_url=redis_url, stream=stream, claim_idle_ms=3_600_000)
+
+    assert (pending, trimmed, held) == (1, 100, 100)
+    assert (result.read, result.inserted) == (100, 100)
+    assert _stored_ids() == sorted(r["request_id"] for r in second)
+    assert (client.xlen(stream), int(client.get(keys.records)), client.xpending(stream, "ingest")["pending"]) == (
+        0,
+        0,
+        0,
+    )
+
+
+def test_the_records_count_starts_again_when_the_stream_is_empty(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    client.set(keys.records, 999)  # drifted: say the stream was deleted by hand, its count left behind
+
+    _write(redis_url, stream, [record(i) for i in range(3)], maxlen=100)
+
+    assert (int(client.get(keys.records)), client.get(keys.trimmed)) == (3, None)
