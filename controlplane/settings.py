@@ -283,8 +283,8 @@ if CIRCUIT_EVENT_RETENTION_DAYS < 1:
     raise ImproperlyConfigured("CIRCUIT_EVENT_RETENTION_DAYS must be at least 1.")
 # Production: the Redis stream the gateways append request logs to and the ingest task drains.
 REQUEST_LOG_STREAM = env_str("REQUEST_LOG_STREAM", "cp:requestlogs")
-# Cap on that stream, in entries (about 730 bytes each in Redis: the default is ~0.7 GiB, some 80 minutes
-# of a PostgreSQL outage at 200 requests/s). Entries trimmed before they were ingested are counted and
+# Cap on that stream, in records (about 790 bytes each in Redis: the default is ~0.8 GiB, some 80 minutes
+# of a PostgreSQL outage at 200 requests/s). Records trimmed before they were ingested are counted and
 # reported (Request Logs page, /metrics, /readyz). 0 = no cap.
 REQUEST_LOG_STREAM_MAXLEN = env_int("REQUEST_LOG_STREAM_MAXLEN", 1_000_000)
 # A batch a dead ingest worker left unacknowledged is taken over by another after this long.

@@ -100,7 +100,7 @@ class ConsoleCollector(Collector):
         stream = GaugeMetricFamily(
             CONSOLE + "requestlog_stream_length", "Records in the request-log stream, not yet ingested."
         )
-        stream.add_metric([], int(length or 0))
+        stream.add_metric([], max(int(length or 0), 0))
         yield stream
         for name, value, text in (
             ("requestlog_trimmed", trimmed, "Records the stream's cap removed before they were ingested."),

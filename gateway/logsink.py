@@ -5,8 +5,9 @@ a Redis stream; the `requestlogs.ingest` Celery task copies them into PostgreSQL
 acknowledges only committed rows. Either way a failed write keeps the batch and
 retries, so a database or Redis outage loses nothing (up to `max_buffer` records).
 
-The stream is capped (XADD MAXLEN ~) so a long PostgreSQL outage cannot fill the Redis that also
-holds the breakers and the Celery broker; what the cap trims before it was ingested is counted in
+A batch is one stream entry (requestlogs/stream.py). The stream is capped in records so a long PostgreSQL
+outage cannot fill the Redis that also holds the breakers and the Celery broker; what the cap trims before it
+was ingested is counted in
 Redis (`<stream>:trimmed`), as are the records this buffer had to drop (`<stream>:dropped`). A sink
 stopped while its writes fail spills its buffer to a local file, replayed at the next start.
 """
@@ -47,20 +48,25 @@ TRIM_REPORT_SECONDS = 60.0
 # Appends a batch as one entry, then trims whole entries, oldest first, until the stream holds at most the cap of
 # records, counting in the same atomic step the records it trimmed: every entry still in the stream is not yet
 # acknowledged (ingest deletes what it committed), so the count is exact, or too high by an entry trimmed between
-# its commit and its acknowledgement (conservative). An entry of the first format (one record, written by an
-# earlier release) is not in the records count: trimming it counts one trimmed record and leaves the count as
-# is. The records count starts again from nothing whenever the stream is empty, so any drift does not last.
-# The sink's own buffer drops ride along.
+# its commit and its acknowledgement (conservative). The batch just added is never trimmed (a cap smaller than a
+# batch keeps the newest batch), and one call trims at most TRIM_ENTRIES_MAX entries, so Redis, which also holds
+# the breakers and the Celery broker, is never held long; the next append goes on. An entry of the first format
+# (one record, written by an earlier release) is not in the records count: trimming it counts one trimmed record
+# and leaves the count as is. The records count starts again from nothing whenever the stream is empty, so any
+# drift does not last. The sink's own buffer drops ride along.
 # KEYS: stream, records, trimmed, dropped, lost_since. ARGV: cap (0 = none), now, dropped delta, count, batch.
+TRIM_ENTRIES_MAX = 100
 _APPEND_SCRIPT = f"""
 if redis.call('XLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
-redis.call('XADD', KEYS[1], '*', '{COUNT_FIELD}', ARGV[4], '{BATCH_FIELD}', ARGV[5])
+local added = redis.call('XADD', KEYS[1], '*', '{COUNT_FIELD}', ARGV[4], '{BATCH_FIELD}', ARGV[5])
 local held = redis.call('INCRBY', KEYS[2], ARGV[4])
 local cap = tonumber(ARGV[1])
 local trimmed = 0
-while cap > 0 and held > cap do
+local budget = {TRIM_ENTRIES_MAX}
+while cap > 0 and held > cap and budget > 0 do
+  budget = budget - 1
   local oldest = redis.call('XRANGE', KEYS[1], '-', '+', 'COUNT', 1)[1]
-  if not oldest then break end
+  if not oldest or oldest[1] == added then break end
   local counted = nil
   for i = 1, #oldest[2], 2 do
     if oldest[2][i] == '{COUNT_FIELD}' then counted = tonumber(oldest[2][i + 1]) end
@@ -214,7 +220,7 @@ class LogSink:
         return {
             **counts,
             "redis_up": 1,
-            "stream_length": int(held or 0),  # records, not entries
+            "stream_length": max(int(held or 0), 0),  # records, not entries
             "trimmed_total": int(trimmed or 0),
             "dead_lettered_total": int(dead or 0),
         }

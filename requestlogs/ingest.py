@@ -101,6 +101,7 @@ def request_logs_ingest(
 
 # Acknowledges and deletes what committed, taking the records of the batch entries it deleted off
 # `<stream>:records` (an entry the cap trimmed meanwhile was taken off by the trim: XDEL answers 0 for it).
+# An empty stream holds no records, whatever the count said (entries not written by a gateway's sink).
 # KEYS: stream, records. ARGV: group, then each entry's id and its counted records (0 for the first format).
 _ACK_SCRIPT = """
 local gone = 0
@@ -108,7 +109,11 @@ for i = 2, #ARGV, 2 do
   redis.call('XACK', KEYS[1], ARGV[1], ARGV[i])
   if redis.call('XDEL', KEYS[1], ARGV[i]) == 1 then gone = gone + tonumber(ARGV[i + 1]) end
 end
-if gone > 0 then redis.call('DECRBY', KEYS[2], gone) end
+if redis.call('XLEN', KEYS[1]) == 0 then
+  redis.call('DEL', KEYS[2])
+elseif gone > 0 then
+  redis.call('DECRBY', KEYS[2], gone)
+end
 return gone
 """
 
@@ -173,9 +178,13 @@ def _ingest(*, redis_url: str, batch_size: int, max_batches: int, stream: str, c
             batch.take(entries)
             own_pending = len(entries) == count
             after = entries[-1][0] if entries else after
-        if count := batch.room():
-            _, claimed, _ = client.xautoclaim(stream, GROUP, consumer, claim_idle_ms, "0-0", count=count)
+        # Then what a dead consumer left, scanning its pending list to the end if need be.
+        cursor: Any = "0-0"
+        while count := batch.room():
+            cursor, claimed, _ = client.xautoclaim(stream, GROUP, consumer, claim_idle_ms, cursor, count=count)
             batch.take(claimed)
+            if cursor in (b"0-0", "0-0"):
+                break
         while count := batch.room():
             entries = _read(client, consumer, stream, ">", count)
             batch.take(entries)
@@ -247,8 +256,10 @@ def _decode(mid: bytes, fields: dict[bytes, bytes]) -> _Entry:
         if not isinstance(records, list) or not all(isinstance(record, dict) for record in records):
             return _Entry(mid, fields, None, max(counted, 1), counted)
         return _Entry(mid, fields, records, len(records), counted)
+    if RECORD_FIELD.encode() not in fields:
+        return _Entry(mid, fields, None, max(counted, 1), counted)
     try:
         record = orjson.loads(fields[RECORD_FIELD.encode()])
-    except (KeyError, orjson.JSONDecodeError):
+    except orjson.JSONDecodeError:
         record = None
     return _Entry(mid, fields, [record] if isinstance(record, dict) else None, 1, counted)

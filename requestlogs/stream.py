@@ -24,7 +24,7 @@ RECORD_FIELD = "r"  # the first format's field: one JSON record an entry
 # Records in one entry at most: a writer's batches are no larger, so a reader taking N entries takes at most
 # N * ENTRY_RECORDS_MAX records.
 ENTRY_RECORDS_MAX = 500
-DEFAULT_MAXLEN = 1_000_000  # records; about 700 bytes each in Redis: ~0.7 GiB at the cap
+DEFAULT_MAXLEN = 1_000_000  # records; about 790 bytes each in Redis: ~0.8 GiB at the cap
 # The dead-letter stream keeps the newest entries for inspection (approximately; every entry is also logged and
 # counted in `<stream>:dead_lettered`), so a flood of bad records cannot fill Redis either.
 DEAD_LETTER_MAXLEN = 100_000

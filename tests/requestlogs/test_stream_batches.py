@@ -8,7 +8,7 @@ import orjson
 import pytest
 import redis
 
-from gateway.logsink import LogSink
+from gateway.logsink import TRIM_ENTRIES_MAX, LogSink
 from requestlogs.ingest import request_logs_ingest
 from requestlogs.models import RequestLog
 from requestlogs.stream import ENTRY_RECORDS_MAX, StreamKeys
@@ -61,9 +61,9 @@ def test_entries_of_the_one_record_format_are_ingested_beside_batches(redis_url,
 
     assert (result.read, result.inserted, result.dead_lettered) == (6, 6, 0)
     assert _stored_ids() == sorted(r["request_id"] for r in older + newer)
-    assert (client.xlen(stream), int(client.get(keys.records)), client.xpending(stream, "ingest")["pending"]) == (
+    assert (client.xlen(stream), client.get(keys.records), client.xpending(stream, "ingest")["pending"]) == (
         0,
-        0,
+        None,  # an empty stream holds no records: the count is gone
         0,
     )
 
@@ -74,22 +74,29 @@ def test_an_undecodable_batch_is_dead_lettered_whole_and_counted_by_its_records(
     good = record(1)
     torn = client.xadd(stream, {"n": b"3", "b": b'[{"request_id": "a"}, {"req'})
     not_records = client.xadd(stream, {"n": b"2", "b": b"[1, 2]"})
+    no_records = client.xadd(stream, {"n": b"4", "x": b"?"})
     _write(redis_url, stream, [good])
 
     with caplog.at_level(logging.ERROR, logger="requestlogs.ingest"):
         result = request_logs_ingest(redis_url=redis_url, stream=stream)
 
     dead = client.xrange(keys.dead)
-    assert (result.read, result.inserted, result.dead_lettered) == (6, 1, 5)
+    assert (result.read, result.inserted, result.dead_lettered) == (10, 1, 9)
     assert _stored_ids() == [good["request_id"]]
-    assert [(fields[b"entry_id"], fields[b"n"], fields[b"b"]) for _, fields in dead] == [
+    assert [(fields[b"entry_id"], fields[b"n"], fields.get(b"b")) for _, fields in dead] == [
         (torn, b"3", b'[{"request_id": "a"}, {"req'),
         (not_records, b"2", b"[1, 2]"),
+        (no_records, b"4", None),
     ]
-    assert int(client.get(keys.dead_lettered)) == 5
+    assert int(client.get(keys.dead_lettered)) == 9
     logged = " ".join(r.getMessage() for r in caplog.records)
-    assert torn.decode() in logged and not_records.decode() in logged
-    assert (client.xlen(stream), client.xpending(stream, "ingest")["pending"]) == (0, 0)
+    assert torn.decode() in logged and not_records.decode() in logged and no_records.decode() in logged
+    # Entries not written by a sink were never in the records count: the empty stream holds none.
+    assert (client.xlen(stream), client.xpending(stream, "ingest")["pending"], client.get(keys.records)) == (
+        0,
+        0,
+        None,
+    )
 
 
 def test_a_round_takes_at_most_batch_size_records_however_the_entries_are_sized(redis_url, stream):
@@ -131,9 +138,9 @@ def test_an_entry_trimmed_while_pending_is_taken_off_the_count_once(redis_url, s
     assert (pending, trimmed, held) == (1, 100, 100)
     assert (result.read, result.inserted) == (100, 100)
     assert _stored_ids() == sorted(r["request_id"] for r in second)
-    assert (client.xlen(stream), int(client.get(keys.records)), client.xpending(stream, "ingest")["pending"]) == (
+    assert (client.xlen(stream), client.get(keys.records), client.xpending(stream, "ingest")["pending"]) == (
         0,
-        0,
+        None,  # an empty stream holds no records: the count is gone
         0,
     )
 
@@ -146,3 +153,34 @@ def test_the_records_count_starts_again_when_the_stream_is_empty(redis_url, stre
     _write(redis_url, stream, [record(i) for i in range(3)], maxlen=100)
 
     assert (int(client.get(keys.records)), client.get(keys.trimmed)) == (3, None)
+
+
+def test_a_cap_smaller_than_a_batch_keeps_the_newest_batch(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    first, second = [record(i) for i in range(300)], [record(i) for i in range(300, 600)]
+
+    _write(redis_url, stream, first, maxlen=100)
+    alone = (int(client.get(keys.records)), client.get(keys.trimmed))
+    _write(redis_url, stream, second, maxlen=100)
+    request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    assert alone == (300, None)  # over the cap, but the newest batch is never trimmed
+    assert int(client.get(keys.trimmed)) == 300
+    assert _stored_ids() == sorted(r["request_id"] for r in second)
+
+
+def test_one_append_trims_a_bounded_number_of_entries_and_the_next_goes_on(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    for i in range(TRIM_ENTRIES_MAX + 50):  # one-record entries of an earlier release, not in the records count
+        client.xadd(stream, {"r": orjson.dumps(record(i))})
+
+    _write(redis_url, stream, [record(i) for i in range(10)], maxlen=5)
+    after_first = (int(client.get(keys.trimmed)), client.xlen(stream))
+    _write(redis_url, stream, [record(i) for i in range(10)], maxlen=5)
+
+    assert after_first == (TRIM_ENTRIES_MAX, 51)  # the budget spent on old entries, the batch kept
+    # The rest of the old entries (one record each), then the first batch, all but the newest batch.
+    assert int(client.get(keys.trimmed)) == TRIM_ENTRIES_MAX + 50 + 10
+    assert (client.xlen(stream), int(client.get(keys.records))) == (1, 10)
