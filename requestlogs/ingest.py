@@ -33,6 +33,8 @@ GROUP = "ingest"
 # A message delivered to a worker that died is taken over after this long (REQUEST_LOG_CLAIM_IDLE_SECONDS).
 # A live worker retries its own pending messages first on every run, so this only delays a dead one's.
 CLAIM_IDLE_MS = 15_000
+# Entries one read takes at most (_Round).
+READ_ENTRIES_MAX = 40
 # Consumers left behind by dead workers (nothing pending, idle) are removed this often.
 _FORGET_EVERY_SECONDS = 60.0
 
@@ -131,18 +133,28 @@ class _Entry:
 
 
 class _Round:
-    """The entries one round takes: up to `batch_size` records, in reads sized so that no read can return more
-    (an entry holds at most ENTRY_RECORDS_MAX records); each entry once, though two reads return it."""
+    """The entries one round takes, about `batch_size` records; each entry once, though two reads return it.
 
-    def __init__(self, batch_size: int) -> None:
+    An entry holds 1 to ENTRY_RECORDS_MAX records, unknown until read. Each read takes as many entries as the
+    records still missing allow at the size of the largest entry this run has seen (ENTRY_RECORDS_MAX before
+    the first), at least one and at most READ_ENTRIES_MAX: full entries are taken a few at a time and a round
+    overshoots by less than one, small ones (a quiet gateway's, an earlier release's one-record entries) up to
+    READ_ENTRIES_MAX a read rather than one read each. A read of small entries followed by full ones can reach
+    READ_ENTRIES_MAX * ENTRY_RECORDS_MAX records, the bound on a round.
+    """
+
+    def __init__(self, batch_size: int, largest: int) -> None:
         self.batch_size = batch_size
+        self.largest = largest  # the largest entry seen in this run, in records (0: none yet)
         self.entries: dict[bytes, _Entry | None] = {}  # None: pending, but trimmed by the cap meanwhile
         self.size = 0
 
     def room(self) -> int:
         """Entries the next read may take: 0 once the round holds `batch_size` records."""
         left = self.batch_size - self.size
-        return 0 if left <= 0 else max(1, left // ENTRY_RECORDS_MAX)
+        if left <= 0:
+            return 0
+        return max(1, min(left // (self.largest or ENTRY_RECORDS_MAX), READ_ENTRIES_MAX))
 
     def take(self, entries: list[Any]) -> None:
         for mid, fields in entries:
@@ -150,7 +162,9 @@ class _Round:
                 continue
             entry = _decode(mid, fields) if fields else None
             self.entries[mid] = entry
-            self.size += entry.size if entry is not None else 0
+            if entry is not None:
+                self.size += entry.size
+                self.largest = max(self.largest, entry.size)
 
 
 def _read(client: redis.Redis, consumer: str, stream: str, start: str, count: int) -> list[Any]:
@@ -167,10 +181,10 @@ def _ingest(*, redis_url: str, batch_size: int, max_batches: int, stream: str, c
     _ensure_group(client, stream)
     consumer = consumer_name()
     _forget_dead_consumers(client, stream, consumer, claim_idle_ms)
-    read = inserted = dead = 0
+    read = inserted = dead = largest = 0
     own_pending = True
     for _ in range(max_batches):
-        batch = _Round(batch_size)
+        batch = _Round(batch_size, largest)
         # This consumer's own pending entries first (a batch an outage refused), page by page from the start.
         after = "0"
         while own_pending and (count := batch.room()):
@@ -228,6 +242,7 @@ def _ingest(*, redis_url: str, batch_size: int, max_batches: int, stream: str, c
         pipe.execute()
         read += batch.size
         dead += lost
+        largest = batch.largest
     return IngestResult(read=read, inserted=inserted, dead_lettered=dead)
 
 

@@ -9,7 +9,7 @@ import pytest
 import redis
 
 from gateway.logsink import TRIM_ENTRIES_MAX, LogSink
-from requestlogs.ingest import request_logs_ingest
+from requestlogs.ingest import READ_ENTRIES_MAX, request_logs_ingest
 from requestlogs.models import RequestLog
 from requestlogs.stream import ENTRY_RECORDS_MAX, StreamKeys
 from tests.requestlogs.test_ingest import database_down, record
@@ -184,3 +184,18 @@ def test_one_append_trims_a_bounded_number_of_entries_and_the_next_goes_on(redis
     # The rest of the old entries (one record each), then the first batch, all but the newest batch.
     assert int(client.get(keys.trimmed)) == TRIM_ENTRIES_MAX + 50 + 10
     assert (client.xlen(stream), int(client.get(keys.records))) == (1, 10)
+
+
+def test_small_entries_are_read_many_at_a_time_and_a_round_stays_bounded(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    for i in range(100):  # one-record entries first (an earlier release's), then full batches
+        client.xadd(stream, {"r": orjson.dumps(record(i))})
+    for n in range(30):
+        _write(redis_url, stream, [record(i) for i in range(n * ENTRY_RECORDS_MAX, (n + 1) * ENTRY_RECORDS_MAX)])
+
+    first = request_logs_ingest(redis_url=redis_url, stream=stream, batch_size=2000, max_batches=1)
+
+    # Reads of 4 entries (none seen yet: sized for full ones), then 40 as they turn out to hold one record each:
+    # 4 + 40 + 40 singles, then 16 singles and 24 full batches in the last read, which overshoots 2,000.
+    assert first.read == 100 + 24 * ENTRY_RECORDS_MAX
+    assert first.read <= 2000 + READ_ENTRIES_MAX * ENTRY_RECORDS_MAX
