@@ -631,7 +631,8 @@ def measure_celery_worker(n: int, keys: list) -> None:
         finally:
             worker.terminate()
             worker.wait(timeout=30)
-            keys_left = list(client.scan_iter(f"{namespace}*"))
+            # The namespace's own keys, and the queue bindings kombu keeps under its own prefix.
+            keys_left = [*client.scan_iter(f"{namespace}*"), *client.scan_iter(f"_kombu.binding*{namespace}*")]
             if keys_left:
                 client.delete(*keys_left)
             RequestLog.objects.filter(requested_model="bench-ingest").delete()
