@@ -199,3 +199,23 @@ def test_small_entries_are_read_many_at_a_time_and_a_round_stays_bounded(redis_u
     # 4 + 40 + 40 singles, then 16 singles and 24 full batches in the last read, which overshoots 2,000.
     assert first.read == 100 + 24 * ENTRY_RECORDS_MAX
     assert first.read <= 2000 + READ_ENTRIES_MAX * ENTRY_RECORDS_MAX
+
+
+def test_a_dead_consumers_entry_behind_a_live_ones_long_pending_list_is_claimed(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    for i in range(50):  # one-record entries a live worker is busy with: pending, but not idle
+        client.xadd(stream, {"r": orjson.dumps(record(i))})
+    batch = [record(i) for i in range(50, 50 + ENTRY_RECORDS_MAX)]
+    _write(redis_url, stream, batch)
+    client.xgroup_create(stream, "ingest", id="0")
+    assert len(client.xreadgroup("ingest", "busy", {stream: ">"}, count=50)[0][1]) == 50
+    [[_, [(left_behind, _)]]] = client.xreadgroup("ingest", "dead", {stream: ">"}, count=1)
+    client.xclaim(stream, "ingest", "dead", 0, [left_behind], idle=3_600_000)  # its worker died an hour ago
+
+    # The first claim scans only the start of the pending list (4 entries asked, 40 looked at): all the live
+    # worker's. The ingest goes on from the cursor Redis returns until it finds the dead worker's batch.
+    result = request_logs_ingest(redis_url=redis_url, stream=stream, claim_idle_ms=60_000, max_batches=1)
+
+    assert (result.read, result.inserted) == (ENTRY_RECORDS_MAX, ENTRY_RECORDS_MAX)
+    assert _stored_ids() == sorted(r["request_id"] for r in batch)
+    assert client.xpending(stream, "ingest")["pending"] == 50  # the live worker's, still its own
