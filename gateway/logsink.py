@@ -7,9 +7,9 @@ retries, so a database or Redis outage loses nothing (up to `max_buffer` records
 
 A batch is one stream entry (requestlogs/stream.py). The stream is capped in records so a long PostgreSQL
 outage cannot fill the Redis that also holds the breakers and the Celery broker; what the cap trims before it
-was ingested is counted in
-Redis (`<stream>:trimmed`), as are the records this buffer had to drop (`<stream>:dropped`). A sink
-stopped while its writes fail spills its buffer to a local file, replayed at the next start.
+was ingested is counted in Redis (`<stream>:trimmed`), as are the records this buffer had to drop
+(`<stream>:dropped`). A sink stopped while its writes fail spills its buffer to a local file, replayed at the
+next start.
 """
 
 from __future__ import annotations
