@@ -217,8 +217,8 @@ def _ingest(*, redis_url: str, batch_size: int, max_batches: int, stream: str, c
                 records.extend(entry.records)
         # A record the database refuses would block the stream forever: it goes to a dead-letter stream.
         # A connection failure raises instead, and nothing is acknowledged.
-        count, refused = request_logs_insert_isolating(records=records)
-        inserted += count
+        stored, refused = request_logs_insert_isolating(records=records)
+        inserted += stored
         pipe = client.pipeline(transaction=False)  # dead letters and the acknowledgement in one round trip
         for entry in undecodable:
             log.error("request-log stream entry %s cannot be decoded; moved to %s", entry.id.decode(), keys.dead)

@@ -11,10 +11,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from alerts.models import Alert, Delivery
 from catalog.services import console_token_create
-from gateway.logsink import LogSink
 from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
 from health.services import circuit_force_open, provider_drain
 from requestlogs.stream import StreamKeys
+from tests.requestlogs.test_stream_batches import append_records
 
 FORBIDDEN = "Forbidden: /metrics answers METRICS_ALLOWED_NETWORKS or an admin console API token.\n"
 OUTSIDE = "10.1.2.3"
@@ -26,16 +26,6 @@ def engine():
     engine = MemoryEngine(clock=ManualClock())
     with use_engine(engine):
         yield engine
-
-
-def _append_records(redis_url: str, stream: str, count: int) -> None:
-    """Append `count` records to the stream as a gateway does."""
-    sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05)
-    sink.start()
-    for n in range(count):
-        sink.add({"request_id": str(n)})
-    assert sink.flush(timeout=10)
-    sink.stop()
 
 
 def parse(response):
@@ -114,7 +104,7 @@ def test_request_log_stream_counters_come_from_redis(anon_client, settings, redi
     keys = StreamKeys(stream)
     settings.REDIS_URL, settings.REQUEST_LOG_STREAM = redis_url, stream
     client = redis.Redis.from_url(redis_url)
-    _append_records(redis_url, stream, 2)
+    append_records(redis_url, stream, [{"request_id": "a"}, {"request_id": "b"}])
     client.set(keys.trimmed, 7)
     client.set(keys.dropped, 3)
     client.set(keys.dead_lettered, 1)

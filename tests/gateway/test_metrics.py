@@ -28,6 +28,7 @@ from health.breaker.factory import build_engine
 from health.breaker.types import ManualClock, Outcome, State
 from requestlogs.stream import StreamKeys
 from tests.gateway.conftest import make_model
+from tests.requestlogs.test_stream_batches import append_records
 from tests.servers import delete_namespace, free_port, production_env, run_async, serve, until, wait_ready
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -185,11 +186,7 @@ def test_metrics_read_the_stream_counters_from_redis(world, redis_url):
     client = redis.Redis.from_url(redis_url)
     client.set(keys.trimmed, 12)
     client.set(keys.dead_lettered, 2)
-    writer = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05)  # another gateway's records
-    writer.start()
-    writer.add({"request_id": "a"})
-    assert writer.flush(timeout=10)
-    writer.stop()
+    append_records(redis_url, stream, [{"request_id": "a"}])  # another gateway's records
     sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05)
     app = GatewayApp(config=ConfigHolder(), engine=build_engine(clock=ManualClock()), sink=sink)
     try:

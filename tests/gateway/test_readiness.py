@@ -11,6 +11,7 @@ from gateway.config import ConfigHolder
 from gateway.logsink import LogSink
 from requestlogs.stream import StreamKeys
 from tests.requestlogs.test_ingest import database_down
+from tests.requestlogs.test_stream_batches import append_records
 from tests.servers import serve
 
 
@@ -40,12 +41,7 @@ def test_readyz_reads_the_stream_counters_from_redis(world, redis_url):
     client = redis.Redis.from_url(redis_url)
     client.set(keys.trimmed, 12)
     client.set(keys.dead_lettered, 2)
-    writer = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05)  # another gateway's records
-    writer.start()
-    writer.add({"request_id": "a"})
-    writer.add({"request_id": "b"})
-    assert writer.flush(timeout=10)
-    writer.stop()
+    append_records(redis_url, stream, [{"request_id": "a"}, {"request_id": "b"}])  # another gateway's records
     sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05)
     app = GatewayApp(config=ConfigHolder(), sink=sink)
     try:

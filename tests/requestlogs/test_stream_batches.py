@@ -21,7 +21,7 @@ def _stored_ids() -> list[str]:
     return sorted(RequestLog.objects.values_list("request_id", flat=True))
 
 
-def _write(redis_url: str, stream: str, records: list[dict], **options) -> None:
+def append_records(redis_url: str, stream: str, records: list[dict], **options) -> None:
     """Append `records` through a sink that writes them as one batch (they are all added before it starts)."""
     sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=60, **options)
     for r in records:
@@ -35,7 +35,7 @@ def test_a_batch_is_one_entry_holding_its_records_and_their_count(redis_url, str
     client = redis.Redis.from_url(redis_url)
     records = [record(i) for i in range(3)]
 
-    _write(redis_url, stream, records)
+    append_records(redis_url, stream, records)
 
     [(_, fields)] = client.xrange(stream)
     assert fields[b"n"] == b"3"
@@ -55,7 +55,7 @@ def test_entries_of_the_one_record_format_are_ingested_beside_batches(redis_url,
     for r in older:
         client.xadd(stream, {"r": orjson.dumps(r)})
     newer = [record(i) for i in range(2, 6)]
-    _write(redis_url, stream, newer)
+    append_records(redis_url, stream, newer)
 
     result = request_logs_ingest(redis_url=redis_url, stream=stream)
 
@@ -75,7 +75,7 @@ def test_an_undecodable_batch_is_dead_lettered_whole_and_counted_by_its_records(
     torn = client.xadd(stream, {"n": b"3", "b": b'[{"request_id": "a"}, {"req'})
     not_records = client.xadd(stream, {"n": b"2", "b": b"[1, 2]"})
     no_records = client.xadd(stream, {"n": b"4", "x": b"?"})
-    _write(redis_url, stream, [good])
+    append_records(redis_url, stream, [good])
 
     with caplog.at_level(logging.ERROR, logger="requestlogs.ingest"):
         result = request_logs_ingest(redis_url=redis_url, stream=stream)
@@ -104,7 +104,7 @@ def test_a_round_takes_at_most_batch_size_records_however_the_entries_are_sized(
     keys = StreamKeys(stream)
     full = [[record(i) for i in range(n * ENTRY_RECORDS_MAX, (n + 1) * ENTRY_RECORDS_MAX)] for n in range(3)]
     for batch in full:
-        _write(redis_url, stream, batch)
+        append_records(redis_url, stream, batch)
     singles = [record(i) for i in range(30)]
     for r in singles:
         client.xadd(stream, {"r": orjson.dumps(r)})
@@ -126,12 +126,12 @@ def test_an_entry_trimmed_while_pending_is_taken_off_the_count_once(redis_url, s
     client = redis.Redis.from_url(redis_url)
     keys = StreamKeys(stream)
     first, second = [record(i) for i in range(100)], [record(i) for i in range(100, 200)]
-    _write(redis_url, stream, first, maxlen=150)
+    append_records(redis_url, stream, first, maxlen=150)
     with database_down(), pytest.raises(Exception):  # noqa: B017 - any database error
         request_logs_ingest(redis_url=redis_url, stream=stream)  # the first batch is now pending
     pending = client.xpending(stream, "ingest")["pending"]
 
-    _write(redis_url, stream, second, maxlen=150)  # 200 records over a cap of 150: the first entry goes
+    append_records(redis_url, stream, second, maxlen=150)  # 200 records over a cap of 150: the first entry goes
     trimmed, held = int(client.get(keys.trimmed)), int(client.get(keys.records))
     result = request_logs_ingest(redis_url=redis_url, stream=stream, claim_idle_ms=3_600_000)
 
@@ -150,7 +150,7 @@ def test_the_records_count_starts_again_when_the_stream_is_empty(redis_url, stre
     keys = StreamKeys(stream)
     client.set(keys.records, 999)  # drifted: say the stream was deleted by hand, its count left behind
 
-    _write(redis_url, stream, [record(i) for i in range(3)], maxlen=100)
+    append_records(redis_url, stream, [record(i) for i in range(3)], maxlen=100)
 
     assert (int(client.get(keys.records)), client.get(keys.trimmed)) == (3, None)
 
@@ -160,9 +160,9 @@ def test_a_cap_smaller_than_a_batch_keeps_the_newest_batch(redis_url, stream):
     keys = StreamKeys(stream)
     first, second = [record(i) for i in range(300)], [record(i) for i in range(300, 600)]
 
-    _write(redis_url, stream, first, maxlen=100)
+    append_records(redis_url, stream, first, maxlen=100)
     alone = (int(client.get(keys.records)), client.get(keys.trimmed))
-    _write(redis_url, stream, second, maxlen=100)
+    append_records(redis_url, stream, second, maxlen=100)
     request_logs_ingest(redis_url=redis_url, stream=stream)
 
     assert alone == (300, None)  # over the cap, but the newest batch is never trimmed
@@ -176,9 +176,9 @@ def test_one_append_trims_a_bounded_number_of_entries_and_the_next_goes_on(redis
     for i in range(TRIM_ENTRIES_MAX + 50):  # one-record entries of an earlier release, not in the records count
         client.xadd(stream, {"r": orjson.dumps(record(i))})
 
-    _write(redis_url, stream, [record(i) for i in range(10)], maxlen=5)
+    append_records(redis_url, stream, [record(i) for i in range(10)], maxlen=5)
     after_first = (int(client.get(keys.trimmed)), client.xlen(stream))
-    _write(redis_url, stream, [record(i) for i in range(10)], maxlen=5)
+    append_records(redis_url, stream, [record(i) for i in range(10)], maxlen=5)
 
     assert after_first == (TRIM_ENTRIES_MAX, 51)  # the budget spent on old entries, the batch kept
     # The rest of the old entries (one record each), then the first batch, all but the newest batch.
@@ -191,7 +191,9 @@ def test_small_entries_are_read_many_at_a_time_and_a_round_stays_bounded(redis_u
     for i in range(100):  # one-record entries first (an earlier release's), then full batches
         client.xadd(stream, {"r": orjson.dumps(record(i))})
     for n in range(30):
-        _write(redis_url, stream, [record(i) for i in range(n * ENTRY_RECORDS_MAX, (n + 1) * ENTRY_RECORDS_MAX)])
+        append_records(
+            redis_url, stream, [record(i) for i in range(n * ENTRY_RECORDS_MAX, (n + 1) * ENTRY_RECORDS_MAX)]
+        )
 
     first = request_logs_ingest(redis_url=redis_url, stream=stream, batch_size=2000, max_batches=1)
 
@@ -206,7 +208,7 @@ def test_a_dead_consumers_entry_behind_a_live_ones_long_pending_list_is_claimed(
     for i in range(50):  # one-record entries a live worker is busy with: pending, but not idle
         client.xadd(stream, {"r": orjson.dumps(record(i))})
     batch = [record(i) for i in range(50, 50 + ENTRY_RECORDS_MAX)]
-    _write(redis_url, stream, batch)
+    append_records(redis_url, stream, batch)
     client.xgroup_create(stream, "ingest", id="0")
     assert len(client.xreadgroup("ingest", "busy", {stream: ">"}, count=50)[0][1]) == 50
     [[_, [(left_behind, _)]]] = client.xreadgroup("ingest", "dead", {stream: ">"}, count=1)
