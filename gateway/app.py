@@ -124,6 +124,7 @@ class GatewayApp:
         await asyncio.to_thread(lambda: self.engine)
         if self.sink is not None:
             self.sink.start()
+            self.sink.ship_from(asyncio.get_running_loop())  # production: full batches leave from this loop
         self.metrics.start()
         self.started = True
         # Last: what startup loaded (settings, snapshot, engine) is frozen out of the collector's view.
@@ -139,6 +140,7 @@ class GatewayApp:
         self._transports.clear()
         self._adapters.clear()
         if self.sink is not None:
+            await self.sink.aclose()
             await asyncio.to_thread(self.sink.stop)
         await asyncio.to_thread(self.metrics.stop)
         await asyncio.to_thread(self.config.stop)

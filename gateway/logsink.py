@@ -5,6 +5,12 @@ a Redis stream; the `requestlogs.ingest` Celery task copies them into PostgreSQL
 acknowledges only committed rows. Either way a failed write keeps the batch and
 retries, so a database or Redis outage loses nothing (up to `max_buffer` records).
 
+In the production gateway, full batches leave from the event loop itself (`ship_from`), sent without waiting
+by an asyncio Redis client: a thread that calls Redis takes the GIL back after every system call of the call,
+and each time the event loop has to stop and hand it over, which cost the worker more than the sending itself
+(docs/performance.md, round twenty-three). The thread still sends what its timer finds (a quiet gateway's
+partial batches), retries while Redis fails, replays spill files and drains at shutdown.
+
 A batch is one stream entry (requestlogs/stream.py). The stream is capped in records so a long PostgreSQL
 outage cannot fill the Redis that also holds the breakers and the Celery broker; what the cap trims before it
 was ingested is counted in Redis (`<stream>:trimmed`), as are the records this buffer had to drop
@@ -14,6 +20,7 @@ next start.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import logging
 import os
@@ -138,7 +145,7 @@ class LogSink:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._idle = threading.Condition()
-        self._in_flight = 0
+        self._in_flight = 0  # records taken from the buffer and not yet written, by the thread or the loop
         self._thread: threading.Thread | None = None
         self._failing = False
         self._redis: Any = None  # the sink thread's client, and its registered append script
@@ -147,9 +154,15 @@ class LogSink:
         self._clock = clock
         self._trimmed_unreported = 0  # trimmed since the last error line
         self._trim_reported_at: float | None = None
+        self._report_lock = threading.Lock()  # the thread and the event loop both report trims
+        # Shipping from the event loop (ship_from): the loop, its Redis client and script, the send in progress.
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_redis: Any = None
+        self._loop_append: Any = None
+        self._shipping: asyncio.Task[None] | None = None
 
     def add(self, record: dict[str, Any]) -> None:
-        """Request path: O(1), never blocks, never raises."""
+        """Request path: O(1), never blocks, never raises. Once `ship_from(loop)`, called on that loop only."""
         buffer = self._buffer
         buffer.append(record)
         if len(buffer) > self._max_buffer:
@@ -160,7 +173,11 @@ class LogSink:
                     "request-log buffer full (%d records): %d records dropped so far", self._max_buffer, self.dropped
                 )
         if len(buffer) >= self._batch_size:
-            self._wake.set()
+            if self._loop is not None and not self._failing:
+                if self._shipping is None:
+                    self._shipping = self._loop.create_task(self._ship())
+            else:
+                self._wake.set()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="request-log-sink", daemon=True)
@@ -244,9 +261,7 @@ class LogSink:
 
     def _drain(self) -> None:
         while True:
-            with self._idle:
-                batch = [self._buffer.popleft() for _ in range(min(self._batch_size, len(self._buffer)))]
-                self._in_flight = len(batch)
+            batch = self._take()
             if not batch:
                 return
             try:
@@ -254,23 +269,38 @@ class LogSink:
                 ok = True
             except Exception as exc:  # noqa: BLE001 - keep the batch and retry later
                 ok = False
-                if not self._failing:
-                    log.warning(
-                        "request-log write failed (%s: %s); keeping %d records for retry",
-                        type(exc).__name__,
-                        exc,
-                        len(self._buffer) + len(batch),
-                    )
-                self._buffer.extendleft(reversed(batch))
-            with self._idle:
-                self._in_flight = 0
-                self._idle.notify_all()
-            if not ok:
-                self._failing = True
-                return
-            if self._failing:
+                self._keep(batch, exc)
+            if ok and self._failing:  # before `_written`: whoever `flush` wakes sees a sink that recovered
                 log.info("request-log writes recovered")
                 self._failing = False
+            self._written(batch)
+            if not ok:
+                return
+
+    def _take(self) -> list[dict[str, Any]]:
+        """The next batch from the buffer, counted in flight until `_written`."""
+        with self._idle:
+            batch = [self._buffer.popleft() for _ in range(min(self._batch_size, len(self._buffer)))]
+            self._in_flight += len(batch)
+        return batch
+
+    def _keep(self, batch: list[dict[str, Any]], exc: Exception) -> None:
+        """A batch whose write failed goes back to the buffer's front, before `_written` (so that `flush`
+        never sees it nowhere), and the sink is failing: its thread retries until a write succeeds."""
+        if not self._failing:
+            log.warning(
+                "request-log write failed (%s: %s); keeping %d records for retry",
+                type(exc).__name__,
+                exc,
+                len(self._buffer) + len(batch),
+            )
+        self._buffer.extendleft(reversed(batch))
+        self._failing = True
+
+    def _written(self, batch: list[dict[str, Any]]) -> None:
+        with self._idle:
+            self._in_flight -= len(batch)
+            self._idle.notify_all()
 
     def _write(self, batch: list[dict[str, Any]]) -> None:
         if self._redis_url:
@@ -294,18 +324,73 @@ class LogSink:
     def _write_redis(self, batch: list[dict[str, Any]]) -> None:
         self._client()
         dropped = self.dropped - self._dropped_reported
-        keys = self.keys
-        trimmed = self._append(
-            keys=[keys.stream, keys.records, keys.trimmed, keys.dropped, keys.lost_since],
-            args=[self._maxlen, int(time.time()), dropped, len(batch), orjson.dumps(batch)],
-        )
+        trimmed = self._append(keys=self._append_keys(), args=self._append_args(batch, dropped))
         self._dropped_reported += dropped
         if trimmed:
             self._report_trimmed(trimmed)
 
+    def _append_keys(self) -> list[str]:
+        keys = self.keys
+        return [keys.stream, keys.records, keys.trimmed, keys.dropped, keys.lost_since]
+
+    def _append_args(self, batch: list[dict[str, Any]], dropped: int) -> list[Any]:
+        return [self._maxlen, int(time.time()), dropped, len(batch), orjson.dumps(batch)]
+
+    # -- shipping from the event loop ---------------------------------------------------
+    def ship_from(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Send each full batch from `loop`, the gateway's event loop, rather than from this sink's thread
+        (production only; embedded mode's database writes stay in the thread). From then on `add` runs on
+        that loop. One send at a time: records added meanwhile wait in the buffer for the next. While the
+        sink is failing, the thread has the buffer: the loop sends again once a write of the thread's
+        succeeded."""
+        if self._redis_url:
+            self._loop = loop
+
+    async def aclose(self) -> None:
+        """Stop sending from the event loop (before `stop`): no send starts from now on; the one in progress
+        goes on while full batches are left, and is awaited; then its client is closed."""
+        self._loop = None
+        shipping = self._shipping
+        if shipping is not None:
+            await shipping
+        client, self._loop_redis, self._loop_append = self._loop_redis, None, None
+        if client is not None:
+            await client.aclose()
+
+    async def _ship(self) -> None:
+        """Send full batches from the event loop until fewer than a batch are left, or a write fails."""
+        try:
+            while not self._failing and not self._stop.is_set() and len(self._buffer) >= self._batch_size:
+                batch = self._take()
+                try:
+                    trimmed = await self._loop_script()(keys=self._append_keys(), args=self._append_args(batch, 0))
+                except Exception as exc:  # noqa: BLE001 - keep the batch; the thread retries
+                    self._keep(batch, exc)
+                    self._wake.set()
+                    return
+                finally:
+                    self._written(batch)
+                if trimmed:
+                    self._report_trimmed(trimmed)
+        finally:
+            self._shipping = None
+
+    def _loop_script(self) -> Any:
+        script = self._loop_append
+        if script is None:
+            import redis.asyncio
+
+            self._loop_redis = redis.asyncio.Redis.from_url(self._redis_url, socket_timeout=2, socket_connect_timeout=2)
+            script = self._loop_append = self._loop_redis.register_script(_APPEND_SCRIPT)
+        return script
+
     def _report_trimmed(self, trimmed: int, *, final: bool = False) -> None:
         """Log what the cap trimmed: the first time at once, then at most once per TRIM_REPORT_SECONDS, and
         what is left unreported when the sink stops (`final`)."""
+        with self._report_lock:
+            self._report_trimmed_locked(trimmed, final=final)
+
+    def _report_trimmed_locked(self, trimmed: int, *, final: bool) -> None:
         self._trimmed_unreported += trimmed
         now = self._clock()
         recent = self._trim_reported_at is not None and now - self._trim_reported_at < TRIM_REPORT_SECONDS

@@ -1,0 +1,119 @@
+"""The production gateway's sink sends full batches from the event loop (`LogSink.ship_from`), not from its
+thread; the thread keeps what is left over, the retries while Redis fails, and the drain at shutdown. Real
+Redis, reached directly or through a FaultProxy that goes down."""
+
+import asyncio
+import logging
+
+import orjson
+import pytest
+import redis
+
+from gateway.logsink import LogSink
+from requestlogs.stream import StreamKeys
+from tests.faults import FaultProxy
+from tests.requestlogs.test_ingest import record
+
+pytestmark = pytest.mark.redis
+
+
+def _entries(client: redis.Redis, stream: str) -> list[list[dict]]:
+    return [orjson.loads(fields[b"b"]) for _, fields in client.xrange(stream)]
+
+
+def _add_on_loop(sink: LogSink, records: list[dict]) -> None:
+    """Attach the sink to a running event loop, add `records` there as the gateway does, then detach."""
+
+    async def run() -> None:
+        sink.ship_from(asyncio.get_running_loop())
+        for r in records:
+            sink.add(r)
+        await sink.aclose()  # waits for the send in progress
+
+    asyncio.run(run())
+
+
+def test_full_batches_leave_from_the_event_loop_and_the_rest_waits_for_the_thread(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    records = [record(i) for i in range(25)]
+    # The thread's timer is an hour: only the event loop can have sent anything before stop().
+    sink = LogSink(redis_url=redis_url, stream_key=stream, batch_size=10, flush_seconds=3600)
+    sink.start()
+    try:
+        _add_on_loop(sink, records)
+
+        assert _entries(client, stream) == [records[:10], records[10:20]]
+        assert int(client.get(StreamKeys(stream).records)) == 20
+        assert sink.pending == 5
+    finally:
+        sink.stop()
+    assert _entries(client, stream)[2] == records[20:]  # the thread drained the rest at stop
+    assert sink.pending == 0
+
+
+def test_a_send_from_the_loop_that_fails_keeps_its_batch_for_the_thread_to_retry(redis_url, stream, caplog):
+    client = redis.Redis.from_url(redis_url)
+    records = [record(i) for i in range(10)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, batch_size=10, flush_seconds=3600)
+        proxy.down()
+        sink.start()
+        try:
+            with caplog.at_level(logging.WARNING, logger="gateway.logsink"):
+                _add_on_loop(sink, records)
+
+            assert sink.failing
+            assert sink.pending == 10  # back in the buffer, nothing lost
+            assert client.xlen(stream) == 0
+            assert "request-log write failed" in caplog.text
+
+            proxy.restore()
+            assert sink.flush(timeout=10)  # the thread's retry
+            assert not sink.failing
+        finally:
+            sink.stop()
+    assert _entries(client, stream) == [records]
+
+
+def test_while_the_sink_is_failing_full_batches_are_left_to_the_thread(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    first, second = [record(i) for i in range(10)], [record(i) for i in range(10, 20)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, batch_size=10, flush_seconds=3600)
+        proxy.down()
+        sink.start()
+        try:
+            _add_on_loop(sink, first)
+            assert sink.failing
+
+            async def run() -> bool:
+                sink.ship_from(asyncio.get_running_loop())
+                for r in second:
+                    sink.add(r)
+                started = sink._shipping is not None
+                await sink.aclose()
+                return started
+
+            assert asyncio.run(run()) is False  # the thread has the buffer until one of its writes succeeds
+            assert sink.pending == 20
+
+            proxy.restore()
+            assert sink.flush(timeout=10)
+        finally:
+            sink.stop()
+    assert sorted(r["request_id"] for batch in _entries(client, stream) for r in batch) == sorted(
+        r["request_id"] for r in first + second
+    )
+
+
+def test_embedded_mode_keeps_its_database_writes_in_the_thread():
+    sink = LogSink(flush_seconds=3600)  # no Redis URL: the database writer
+
+    async def run() -> None:
+        sink.ship_from(asyncio.get_running_loop())
+        for i in range(sink._batch_size):
+            sink.add(record(i))
+        assert sink._shipping is None
+
+    asyncio.run(run())
+    assert sink.pending == sink._batch_size
