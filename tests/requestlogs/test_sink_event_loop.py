@@ -5,14 +5,22 @@ Redis, reached directly or through a FaultProxy that goes down."""
 import asyncio
 import logging
 
+import httpx
 import orjson
 import pytest
 import redis
 
+from gateway.app import GatewayApp
+from gateway.config import ConfigHolder
 from gateway.logsink import LogSink
+from gateway.server import CorkedHttpToolsProtocol
+from health.breaker.factory import build_engine
+from health.breaker.types import ManualClock
 from requestlogs.stream import StreamKeys
 from tests.faults import FaultProxy
+from tests.gateway.conftest import sim, world  # noqa: F401 - the gateway test fixtures
 from tests.requestlogs.test_ingest import record
+from tests.servers import serve, until
 
 pytestmark = pytest.mark.redis
 
@@ -117,3 +125,25 @@ def test_embedded_mode_keeps_its_database_writes_in_the_thread():
 
     asyncio.run(run())
     assert sink.pending == sink._batch_size
+
+
+def test_a_served_gateway_sends_full_batches_from_its_loop_and_the_rest_at_shutdown(world, redis_url, stream):  # noqa: F811
+    client = redis.Redis.from_url(redis_url)
+    sink = LogSink(redis_url=redis_url, stream_key=stream, batch_size=5, flush_seconds=3600)
+    app = GatewayApp(config=ConfigHolder(), engine=build_engine(clock=ManualClock()), sink=sink)
+    body = {"model": "gpt-4o", "messages": [{"role": "user", "content": "hi"}]}
+    with serve(app, lifespan=True, http=CorkedHttpToolsProtocol, loop="uvloop") as url:
+        ids = []
+        for _ in range(12):
+            response = httpx.post(
+                f"{url}/v1/chat/completions", json=body, headers={"authorization": f"Bearer {world.secret}"}
+            )
+            assert response.status_code == 200
+            ids.append(response.headers["x-vidai-request-id"])
+        # The thread's timer is an hour: the two full batches can only have left from the event loop.
+        until(lambda: client.xlen(stream) == 2, 10, "two batches sent from the event loop")
+        assert [[r["request_id"] for r in batch] for batch in _entries(client, stream)] == [ids[:5], ids[5:10]]
+        assert sink.pending == 2
+    # Shutdown: the loop's client closed, the thread drained the rest.
+    assert [len(batch) for batch in _entries(client, stream)] == [5, 5, 2]
+    assert sorted(r["request_id"] for batch in _entries(client, stream) for r in batch) == sorted(ids)
