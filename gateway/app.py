@@ -140,8 +140,10 @@ class GatewayApp:
         self._transports.clear()
         self._adapters.clear()
         if self.sink is not None:
-            await self.sink.aclose()
-            await asyncio.to_thread(self.sink.stop)
+            try:
+                await self.sink.aclose()
+            finally:  # drains, or spills, what is left whatever happened to the event loop's send
+                await asyncio.to_thread(self.sink.stop)
         await asyncio.to_thread(self.metrics.stop)
         await asyncio.to_thread(self.config.stop)
 

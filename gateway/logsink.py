@@ -175,7 +175,7 @@ class LogSink:
         if len(buffer) >= self._batch_size:
             if self._loop is not None and not self._failing:
                 if self._shipping is None:
-                    self._shipping = self._loop.create_task(self._ship())
+                    self._kick()
             else:
                 self._wake.set()
 
@@ -204,7 +204,8 @@ class LogSink:
 
     @property
     def pending(self) -> int:
-        return len(self._buffer) + self._in_flight
+        with self._idle:
+            return len(self._buffer) + self._in_flight
 
     @property
     def failing(self) -> bool:
@@ -261,21 +262,25 @@ class LogSink:
 
     def _drain(self) -> None:
         while True:
+            loop = self._loop
+            if loop is not None and not self._failing and len(self._buffer) >= self._batch_size:
+                try:  # full batches are the event loop's to send (ship_from); what is left, the next tick's
+                    loop.call_soon_threadsafe(self._kick)
+                    return
+                except RuntimeError:  # that loop has closed: send them from here
+                    pass
             batch = self._take()
             if not batch:
                 return
             try:
                 self._write(batch)
-                ok = True
             except Exception as exc:  # noqa: BLE001 - keep the batch and retry later
-                ok = False
                 self._keep(batch, exc)
-            if ok and self._failing:  # before `_written`: whoever `flush` wakes sees a sink that recovered
+                return
+            if self._failing:  # before `_written`: whoever `flush` wakes sees a sink that recovered
                 log.info("request-log writes recovered")
                 self._failing = False
             self._written(batch)
-            if not ok:
-                return
 
     def _take(self) -> list[dict[str, Any]]:
         """The next batch from the buffer, counted in flight until `_written`."""
@@ -284,9 +289,10 @@ class LogSink:
             self._in_flight += len(batch)
         return batch
 
-    def _keep(self, batch: list[dict[str, Any]], exc: Exception) -> None:
-        """A batch whose write failed goes back to the buffer's front, before `_written` (so that `flush`
-        never sees it nowhere), and the sink is failing: its thread retries until a write succeeds."""
+    def _keep(self, batch: list[dict[str, Any]], exc: BaseException) -> None:
+        """A batch whose write failed goes back to the buffer's front, no longer in flight (one step, so that
+        `pending` and `flush` never miss it), and the sink is failing: its thread retries until a write
+        succeeds."""
         if not self._failing:
             log.warning(
                 "request-log write failed (%s: %s); keeping %d records for retry",
@@ -294,8 +300,11 @@ class LogSink:
                 exc,
                 len(self._buffer) + len(batch),
             )
-        self._buffer.extendleft(reversed(batch))
-        self._failing = True
+        with self._idle:
+            self._buffer.extendleft(reversed(batch))
+            self._in_flight -= len(batch)
+            self._failing = True
+            self._idle.notify_all()
 
     def _written(self, batch: list[dict[str, Any]]) -> None:
         with self._idle:
@@ -343,46 +352,61 @@ class LogSink:
         that loop. One send at a time: records added meanwhile wait in the buffer for the next. While the
         sink is failing, the thread has the buffer: the loop sends again once a write of the thread's
         succeeded."""
-        if self._redis_url:
-            self._loop = loop
+        if not self._redis_url:
+            return
+        import redis.asyncio
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
+        # One try per send, 2 s at most to connect and 2 s to answer: a hung Redis fails the send, the thread
+        # retries, and shutdown never waits long for the event loop's send in progress.
+        self._loop_redis = redis.asyncio.Redis.from_url(
+            self._redis_url, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
+        )
+        self._loop_append = self._loop_redis.register_script(_APPEND_SCRIPT)
+        self._loop = loop
 
     async def aclose(self) -> None:
-        """Stop sending from the event loop (before `stop`): no send starts from now on; the one in progress
-        goes on while full batches are left, and is awaited; then its client is closed."""
+        """Stop sending from the event loop (before `stop`): no send starts from now on; the one in progress is
+        awaited (shielded: cancelling the shutdown does not cancel it); then its client is closed."""
         self._loop = None
         shipping = self._shipping
         if shipping is not None:
-            await shipping
+            await asyncio.shield(shipping)
         client, self._loop_redis, self._loop_append = self._loop_redis, None, None
         if client is not None:
             await client.aclose()
 
+    def _kick(self) -> None:
+        """On the event loop: start sending full batches, unless a send is in progress (it goes on to them)."""
+        if self._shipping is None and self._loop is not None and not self._failing:
+            self._shipping = self._loop.create_task(self._ship())
+
     async def _ship(self) -> None:
-        """Send full batches from the event loop until fewer than a batch are left, or a write fails."""
+        """Send full batches from the event loop until fewer than a batch are left, `aclose`, or a write fails."""
         try:
-            while not self._failing and not self._stop.is_set() and len(self._buffer) >= self._batch_size:
+            while (
+                self._loop is not None
+                and not self._failing
+                and not self._stop.is_set()
+                and len(self._buffer) >= self._batch_size
+            ):
                 batch = self._take()
-                try:
-                    trimmed = await self._loop_script()(keys=self._append_keys(), args=self._append_args(batch, 0))
-                except Exception as exc:  # noqa: BLE001 - keep the batch; the thread retries
-                    self._keep(batch, exc)
-                    self._wake.set()
+                if not batch:
                     return
-                finally:
-                    self._written(batch)
+                try:
+                    trimmed = await self._loop_append(keys=self._append_keys(), args=self._append_args(batch, 0))
+                except BaseException as exc:  # a cancelled send keeps its batch too
+                    self._keep(batch, exc)
+                    self._wake.set()  # the thread retries
+                    if not isinstance(exc, Exception):
+                        raise
+                    return
+                self._written(batch)
                 if trimmed:
                     self._report_trimmed(trimmed)
         finally:
             self._shipping = None
-
-    def _loop_script(self) -> Any:
-        script = self._loop_append
-        if script is None:
-            import redis.asyncio
-
-            self._loop_redis = redis.asyncio.Redis.from_url(self._redis_url, socket_timeout=2, socket_connect_timeout=2)
-            script = self._loop_append = self._loop_redis.register_script(_APPEND_SCRIPT)
-        return script
 
     def _report_trimmed(self, trimmed: int, *, final: bool = False) -> None:
         """Log what the cap trimmed: the first time at once, then at most once per TRIM_REPORT_SECONDS, and

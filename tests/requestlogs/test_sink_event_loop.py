@@ -30,13 +30,17 @@ def _entries(client: redis.Redis, stream: str) -> list[list[dict]]:
 
 
 def _add_on_loop(sink: LogSink, records: list[dict]) -> None:
-    """Attach the sink to a running event loop, add `records` there as the gateway does, then detach."""
+    """Attach the sink to a running event loop, add `records` there as the gateway does, let the loop send
+    (or fail to), then detach."""
 
     async def run() -> None:
         sink.ship_from(asyncio.get_running_loop())
         for r in records:
             sink.add(r)
-        await sink.aclose()  # waits for the send in progress
+        async with asyncio.timeout(10):
+            while sink._shipping is not None:
+                await asyncio.sleep(0.01)
+        await sink.aclose()
 
     asyncio.run(run())
 
@@ -141,9 +145,65 @@ def test_a_served_gateway_sends_full_batches_from_its_loop_and_the_rest_at_shutd
             assert response.status_code == 200
             ids.append(response.headers["x-vidai-request-id"])
         # The thread's timer is an hour: the two full batches can only have left from the event loop.
-        until(lambda: client.xlen(stream) == 2, 10, "two batches sent from the event loop")
+        until(lambda: client.xlen(stream) == 2 and sink.pending == 2, 10, "two batches sent from the event loop")
         assert [[r["request_id"] for r in batch] for batch in _entries(client, stream)] == [ids[:5], ids[5:10]]
-        assert sink.pending == 2
     # Shutdown: the loop's client closed, the thread drained the rest.
     assert [len(batch) for batch in _entries(client, stream)] == [5, 5, 2]
     assert sorted(r["request_id"] for batch in _entries(client, stream) for r in batch) == sorted(ids)
+
+
+def test_full_batches_the_thread_finds_are_left_to_the_event_loop(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    records = [record(i) for i in range(25)]
+    sink = LogSink(redis_url=redis_url, stream_key=stream, batch_size=10, flush_seconds=3600)
+    for r in records:  # before any loop: they wait for the thread's first pass
+        sink.add(r)
+
+    async def run() -> None:
+        sink.ship_from(asyncio.get_running_loop())
+        sink.start()  # its first pass finds two full batches and hands them to the loop
+        async with asyncio.timeout(10):
+            while client.xlen(stream) < 2 or sink.pending > 5:
+                await asyncio.sleep(0.01)
+        await sink.aclose()
+
+    try:
+        asyncio.run(run())
+        assert _entries(client, stream) == [records[:10], records[10:20]]
+        assert sink.pending == 5  # less than a batch: the thread's, at its next tick
+    finally:
+        sink.stop()
+    assert _entries(client, stream)[2] == records[20:]
+
+
+def test_a_send_cancelled_on_the_event_loop_keeps_its_batch(redis_url, stream):
+    client = redis.Redis.from_url(redis_url)
+    records = [record(i) for i in range(10)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, batch_size=10, flush_seconds=3600)
+        sink.start()
+        try:
+
+            async def run() -> None:
+                sink.ship_from(asyncio.get_running_loop())
+                proxy.freeze()  # Redis hangs: the send waits for its answer
+                for r in records:
+                    sink.add(r)
+                async with asyncio.timeout(10):
+                    while sink._buffer:  # the batch taken: the send is under way
+                        await asyncio.sleep(0.01)
+                shipping = sink._shipping
+                assert shipping is not None
+                shipping.cancel()
+                await asyncio.gather(shipping, return_exceptions=True)
+                assert sink.pending == 10  # back in the buffer
+                await sink.aclose()
+
+            asyncio.run(run())
+            assert sink.failing
+            proxy.restore()
+            assert sink.flush(timeout=10)  # the thread sent it
+        finally:
+            sink.stop()
+    # The cancelled send's bytes may reach Redis after the restore too: a duplicate the ingest stores once.
+    assert {r["request_id"] for batch in _entries(client, stream) for r in batch} == {r["request_id"] for r in records}
