@@ -20,7 +20,7 @@ from requestlogs.stream import StreamKeys
 from tests.faults import FaultProxy
 from tests.gateway.conftest import sim, world  # noqa: F401 - the gateway test fixtures
 from tests.requestlogs.test_ingest import record
-from tests.servers import serve, until
+from tests.servers import run_async, serve, until
 
 pytestmark = pytest.mark.redis
 
@@ -42,7 +42,7 @@ def _add_on_loop(sink: LogSink, records: list[dict]) -> None:
                 await asyncio.sleep(0.01)
         await sink.aclose()
 
-    asyncio.run(run())
+    run_async(run())
 
 
 def test_full_batches_leave_from_the_event_loop_and_the_rest_waits_for_the_thread(redis_url, stream):
@@ -106,7 +106,7 @@ def test_while_the_sink_is_failing_full_batches_are_left_to_the_thread(redis_url
                 await sink.aclose()
                 return started
 
-            assert asyncio.run(run()) is False  # the thread has the buffer until one of its writes succeeds
+            assert run_async(run()) is False  # the thread has the buffer until one of its writes succeeds
             assert sink.pending == 20
 
             proxy.restore()
@@ -127,7 +127,7 @@ def test_embedded_mode_keeps_its_database_writes_in_the_thread():
             sink.add(record(i))
         assert sink._shipping is None
 
-    asyncio.run(run())
+    run_async(run())
     assert sink.pending == sink._batch_size
 
 
@@ -168,7 +168,7 @@ def test_full_batches_the_thread_finds_are_left_to_the_event_loop(redis_url, str
         await sink.aclose()
 
     try:
-        asyncio.run(run())
+        run_async(run())
         assert _entries(client, stream) == [records[:10], records[10:20]]
         assert sink.pending == 5  # less than a batch: the thread's, at its next tick
     finally:
@@ -199,7 +199,7 @@ def test_a_send_cancelled_on_the_event_loop_keeps_its_batch(redis_url, stream):
                 assert sink.pending == 10  # back in the buffer
                 await sink.aclose()
 
-            asyncio.run(run())
+            run_async(run())
             assert sink.failing
             proxy.restore()
             assert sink.flush(timeout=10)  # the thread sent it
