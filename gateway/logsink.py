@@ -174,8 +174,7 @@ class LogSink:
                 )
         if len(buffer) >= self._batch_size:
             if self._loop is not None and not self._failing:
-                if self._shipping is None:
-                    self._kick()
+                self._kick()
             else:
                 self._wake.set()
 

@@ -207,3 +207,26 @@ def test_a_send_cancelled_on_the_event_loop_keeps_its_batch(redis_url, stream):
             sink.stop()
     # The cancelled send's bytes may reach Redis after the restore too: a duplicate the ingest stores once.
     assert {r["request_id"] for batch in _entries(client, stream) for r in batch} == {r["request_id"] for r in records}
+
+
+def test_a_send_to_a_hung_redis_fails_at_its_timeout_and_keeps_its_batch(redis_url, stream):
+    records = [record(i) for i in range(10)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, batch_size=10, flush_seconds=3600)
+        try:
+
+            async def run() -> None:
+                sink.ship_from(asyncio.get_running_loop())
+                proxy.freeze()  # connections open, nothing answered
+                for r in records:
+                    sink.add(r)
+                async with asyncio.timeout(10):  # the send's own timeout is 2 s, tried once
+                    while sink._shipping is not None:
+                        await asyncio.sleep(0.01)
+                await sink.aclose()
+
+            run_async(run())
+            assert sink.failing
+            assert sink.pending == 10  # kept for the thread
+        finally:
+            proxy.restore()
