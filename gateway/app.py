@@ -122,11 +122,9 @@ class GatewayApp:
         await asyncio.to_thread(self.config.start)
         # Building the engine reads the breaker configuration from the database: not on the loop.
         await asyncio.to_thread(lambda: self.engine)
-        loop = asyncio.get_running_loop()
-        self.engine.ship_from(loop)  # production: outcome batches leave from this loop
         if self.sink is not None:
             self.sink.start()
-            self.sink.ship_from(loop)  # production: full batches leave from this loop
+            self.sink.ship_from(asyncio.get_running_loop())  # production: full batches leave from this loop
         self.metrics.start()
         self.started = True
         # Last: what startup loaded (settings, snapshot, engine) is frozen out of the collector's view.
@@ -134,12 +132,9 @@ class GatewayApp:
 
     async def shutdown(self) -> None:
         engine = self._engine
-        if engine is not None:
-            # Outcomes still held for Redis (a probe's result among them) are sent before exiting.
-            try:
-                await engine.aclose()
-            finally:
-                await asyncio.to_thread(engine.flush)
+        if engine is not None and hasattr(engine, "flush"):
+            # Outcomes still queued for Redis (a probe's result among them) are sent before exiting.
+            await asyncio.to_thread(engine.flush)
         for transport in self._transports.values():
             await transport.aclose()
         self._transports.clear()

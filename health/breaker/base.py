@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 
 from health.breaker.events import EventBuffer
@@ -72,13 +71,6 @@ class BreakerEngine(ABC):
         """Wait until every recorded outcome has been applied and every event emitted so far shipped (a
         backend that ships them). True when drained in time."""
         return True
-
-    def ship_from(self, loop: asyncio.AbstractEventLoop) -> None:  # noqa: B027 - optional hook
-        """Do from `loop` (the gateway's event loop, calling this) the network work `record` leaves to a thread
-        (the Redis backend's outcome batches), until `aclose`. A no-op for backends without such work."""
-
-    async def aclose(self) -> None:  # noqa: B027 - optional hook
-        """Stop what `ship_from` started (on that loop), sending what it holds first."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, a no-op for backends without background work
         """Stop background work (threads, connections)."""

@@ -30,7 +30,6 @@ The request path never waits on Redis for a closed circuit:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import math
@@ -75,7 +74,6 @@ log = logging.getLogger(__name__)
 _FIELDS = 8  # circuit fields in every script reply (see lua.reply)
 _RECORD_HEAD = 4  # a `record` reply's leading values: status, script time, window failures, window total
 _STOP = object()
-_SHIP = object()  # wakes the worker thread to ship the events the event loop's send made
 _MAX_PENDING = 100_000
 _BATCH = 4096  # outcomes per pipeline; they coalesce into one script call per circuit and generation
 _MAX_ABANDONED = 10_000
@@ -225,8 +223,6 @@ class RedisEngine(BreakerEngine):
         self._socket_timeout_ms = _ms(socket_timeout)
         self._deadline_margin_ms = _ms(deadline_margin)
         self._late_hold_ms = _ms(late_hold)
-        self._url = url
-        self._background_timeout = background_timeout
         no_retry = Retry(NoBackoff(), 0)
         # The request path (allow's probe round trip): tight timeouts, no retries, so a hanging
         # Redis costs a caller at most ~socket_timeout.
@@ -272,16 +268,6 @@ class RedisEngine(BreakerEngine):
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._dropped_logged = False
         self._stop = threading.Event()
-        # Sending from the event loop (ship_from): the loop and its thread, its Redis client, the outcomes it
-        # holds, the timer that sends them, and the send in progress.
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = 0
-        self._aclient: Any = None
-        self._loop_outcomes: list[tuple[Decision, Outcome, float | None]] = []
-        self._loop_timer: asyncio.TimerHandle | None = None
-        self._loop_timer_urgent = False
-        self._loop_send: asyncio.Task[None] | None = None
-        self._loop_again = False
         try:
             self._resync()
         except RedisError as exc:
@@ -351,31 +337,23 @@ class RedisEngine(BreakerEngine):
         if self._degraded:
             self._local_record(decision, outcome, self._clock.now())
             return
-        # Test mode stamps the outcome now; production lets the script read Redis TIME.
-        item = (decision, outcome, self._clock.now() if self._time_override else None)
-        if self._loop is not None and threading.get_ident() == self._loop_thread:
-            self._record_on_loop(item)
-            return
         if self._queue.qsize() >= _MAX_PENDING:
-            self._drop_pending()
+            if not self._dropped_logged:
+                self._dropped_logged = True
+                log.warning("breaker: %d outcomes pending for Redis; dropping new ones", _MAX_PENDING)
             return
-        self._queue.put(item)
-        if not self._urgent.is_set() and self._urgent_outcome(decision, outcome):
-            self._urgent.set()
-
-    def _urgent_outcome(self, decision: Decision, outcome: Outcome) -> bool:
-        """May this outcome trip or close its circuit (a failure, a probe's answer)? Else it is calm."""
+        # Test mode stamps the outcome now; production lets the script read Redis TIME.
+        self._queue.put((decision, outcome, self._clock.now() if self._time_override else None))
+        if self._urgent.is_set():
+            return
         if decision.probe:
-            return True  # a probe's answer closes or reopens its circuit
+            self._urgent.set()  # a probe's answer closes or reopens its circuit
+            return
         status = outcome.status
         if status is not None and 200 <= status < 300:
-            return False  # calm: the common case decides without the circuit's settings
-        return classify(outcome, self._config.for_circuit(decision.provider, decision.model)) is Verdict.FAILURE
-
-    def _drop_pending(self) -> None:
-        if not self._dropped_logged:
-            self._dropped_logged = True
-            log.warning("breaker: %d outcomes pending for Redis; dropping new ones", _MAX_PENDING)
+            return  # calm: the common case decides without the circuit's settings
+        if classify(outcome, self._config.for_circuit(decision.provider, decision.model)) is Verdict.FAILURE:
+            self._urgent.set()
 
     def _detoured(self, provider: str, model: str) -> Decision | None:
         """While holds are configured or Redis is unreachable: a held circuit's refusal, or the local decision
@@ -702,19 +680,6 @@ class RedisEngine(BreakerEngine):
         Events whose ship failed (or that wait while Redis is unreachable) stay buffered for the next try;
         this does not wait for them.
         """
-        loop = self._loop
-        if loop is not None:
-            try:
-                on_loop = asyncio.get_running_loop() is loop
-            except RuntimeError:
-                on_loop = False
-            if not on_loop:  # the event loop's outcomes first (on the loop itself, they go with its next send)
-                try:
-                    asyncio.run_coroutine_threadsafe(self._loop_flush(), loop).result(timeout)
-                except RuntimeError:  # that loop has closed without aclose()
-                    self._detach_loop()
-                except TimeoutError:
-                    return False
         marker = _Flush()
         self._queue.put(marker)
         self._urgent.set()
@@ -745,8 +710,13 @@ class RedisEngine(BreakerEngine):
             if outcomes:
                 try:
                     self._send(outcomes)
-                except Exception as exc:  # noqa: BLE001 - this thread must survive anything
-                    self._send_failed(outcomes, exc)
+                except Exception as exc:  # this thread must survive anything
+                    if isinstance(exc, RedisError):
+                        self._enter_degraded(exc)
+                    else:
+                        log.exception("breaker: sending outcomes failed")
+                    for decision, outcome, at in outcomes:
+                        self._local_record(decision, outcome, at if at is not None else self._clock.now())
             # The events of this batch's own transitions, and any it did not carry.
             self._ship_pending()
             for b in batch:
@@ -840,15 +810,6 @@ class RedisEngine(BreakerEngine):
             *(str(value) for run in runs for value in run),
         ]
 
-    def _send_failed(self, outcomes: list[tuple[Decision, Outcome, float | None]], exc: Exception) -> None:
-        """A batch Redis did not take: Redis unreachable (degraded mode) or a bug; this process applies it."""
-        if isinstance(exc, RedisError):
-            self._enter_degraded(exc)
-        else:
-            log.exception("breaker: sending outcomes failed")
-        for decision, outcome, at in outcomes:
-            self._local_record(decision, outcome, at if at is not None else self._clock.now())
-
     def _send(self, outcomes: list[tuple[Decision, Outcome, float | None]]) -> None:
         if self._degraded:
             for decision, outcome, at in outcomes:
@@ -863,54 +824,35 @@ class RedisEngine(BreakerEngine):
         try:
             for attempt in (1, 2):
                 pipe = self._client.pipeline(transaction=False)
-                new = self._fill(pipe, calls, events)
+                new = {(d.provider, d.model) for d, _ in calls} - self._registered
+                for provider, model in new:
+                    pipe.sadd(self._registry, json.dumps([provider, model]))
+                for decision, args in calls:
+                    keys = self._keys(decision.provider, decision.model)
+                    pipe.evalsha(self._shas["record"], len(keys), *keys, *args)
+                for event in events:
+                    self._xadd(pipe, event)
                 replies = pipe.execute(raise_on_error=False)
-                events, reload = self._settle(calls, new, events, replies, first=attempt == 1)
-                if reload:
+                results = replies[len(new) : len(new) + len(calls)]
+                events = self._shipped(events, replies[len(new) + len(calls) :])
+                if attempt == 1 and any(isinstance(r, NoScriptError) for r in results):
                     self._load_scripts()
                     continue
+                self._registered |= new
+                for (decision, _), result in zip(calls, results, strict=True):
+                    if isinstance(result, Exception):
+                        log.error(
+                            "breaker: recording an outcome for %s/%s failed: %s",
+                            decision.provider,
+                            decision.model,
+                            result,
+                        )
+                        continue
+                    if result[0] != "counted":
+                        self._on_recorded(decision, result)
                 return
         finally:
             self.events.requeue(events)
-
-    def _fill(self, pipe: Any, calls: list[tuple[Decision, list[str]]], events: list[BreakerEvent]) -> set[Any]:
-        """Queue a batch's commands on `pipe` (sync or asyncio): registrations, `record` calls, then event XADDs.
-        Returns the circuits it registers."""
-        new = {(d.provider, d.model) for d, _ in calls} - self._registered
-        for provider, model in new:
-            pipe.sadd(self._registry, json.dumps([provider, model]))
-        for decision, args in calls:
-            keys = self._keys(decision.provider, decision.model)
-            pipe.evalsha(self._shas["record"], len(keys), *keys, *args)
-        for event in events:
-            self._xadd(pipe, event)
-        return new
-
-    def _settle(
-        self,
-        calls: list[tuple[Decision, list[str]]],
-        new: set[Any],
-        events: list[BreakerEvent],
-        replies: list[Any],
-        *,
-        first: bool,
-    ) -> tuple[list[BreakerEvent], bool]:
-        """Apply a batch's replies. Returns the events still to ship, and True when Redis lost its scripts on
-        the first try (reload them and send the batch again)."""
-        results = replies[len(new) : len(new) + len(calls)]
-        if events:
-            events = self._shipped(events, replies[len(new) + len(calls) :])
-        if first and any(isinstance(r, NoScriptError) for r in results):
-            return events, True
-        self._registered |= new
-        for (decision, _), result in zip(calls, results, strict=True):
-            if isinstance(result, Exception):
-                provider, model = decision.provider, decision.model
-                log.error("breaker: recording an outcome for %s/%s failed: %s", provider, model, result)
-                continue
-            if result[0] != "counted":
-                self._on_recorded(decision, result)
-        return events, False
 
     def _on_recorded(self, decision: Decision, result: list[str]) -> None:
         """Apply a `record` reply that changed the circuit; a 'transition' is this process's to report."""
@@ -940,127 +882,6 @@ class RedisEngine(BreakerEngine):
                 cooldown_seconds=cooldown,
             )
         )
-
-    # ----- sending from the event loop ----------------------------------------------------------
-
-    def ship_from(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Send the outcomes `record` gets on `loop` (the gateway's event loop) from that loop, not from the
-        worker thread: a thread's Redis calls take the GIL back after each system call, and each time the event
-        loop stops to hand it over. Called on `loop`. The same batches at the same intervals: a timer sends
-        what the loop holds `calm_interval` after its first calm outcome, or `gather_interval` after an urgent
-        one, as one pipeline on an asyncio client; one send at a time. Outcomes recorded on other threads, the
-        circuit events and everything else stay with the worker thread. Until `aclose`, and only one loop."""
-        import redis.asyncio
-        from redis.asyncio.retry import Retry as AsyncRetry
-
-        self._aclient = redis.asyncio.Redis.from_url(
-            self._url,
-            socket_timeout=self._background_timeout,
-            socket_connect_timeout=self._background_timeout,
-            retry=AsyncRetry(NoBackoff(), 0),
-            decode_responses=True,
-        )
-        self._loop_thread = threading.get_ident()
-        self._loop = loop
-
-    async def aclose(self) -> None:
-        """Stop sending from the event loop (on that loop): what it holds is sent now, the send in progress
-        awaited (shielded: cancelling the shutdown does not cancel it), and its client closed. Outcomes
-        recorded after this go to the worker thread."""
-        await self._loop_flush()
-        self._loop = None
-        client, self._aclient = self._aclient, None
-        if client is not None:
-            await client.aclose()
-
-    def _record_on_loop(self, item: tuple[Decision, Outcome, float | None]) -> None:
-        outcomes = self._loop_outcomes
-        if len(outcomes) >= _MAX_PENDING:
-            self._drop_pending()
-            return
-        outcomes.append(item)
-        timer = self._loop_timer
-        if timer is not None and self._loop_timer_urgent:
-            return
-        urgent = self._urgent_outcome(item[0], item[1])
-        if timer is not None:
-            if not urgent:
-                return
-            timer.cancel()
-        delay = self._gather_interval if urgent else self._calm_interval + self._gather_interval
-        try:
-            self._loop_timer = self._loop.call_later(delay, self._loop_kick)  # type: ignore[union-attr]
-        except RuntimeError:  # that loop has closed without aclose(): its outcomes go to the worker thread
-            self._detach_loop()
-            return
-        self._loop_timer_urgent = urgent
-
-    def _detach_loop(self) -> None:
-        self._loop = None
-        self._loop_timer = None
-        outcomes, self._loop_outcomes = self._loop_outcomes, []
-        for item in outcomes:
-            self._queue.put(item)
-        self._urgent.set()
-
-    def _loop_kick(self) -> None:
-        """The timer: send what the loop holds, unless a send is in progress (it sends again when done)."""
-        self._loop_timer = None
-        if self._loop_send is not None:
-            self._loop_again = True
-        elif self._loop_outcomes and self._loop is not None:
-            self._loop_send = self._loop.create_task(self._loop_ship())
-
-    async def _loop_ship(self) -> None:
-        try:
-            while True:
-                self._loop_again = False
-                batch = self._loop_outcomes[:_BATCH]
-                del self._loop_outcomes[:_BATCH]
-                try:
-                    await self._asend(batch)
-                except Exception as exc:  # noqa: BLE001 - applied here instead, as the worker thread does
-                    self._send_failed(batch, exc)
-                except BaseException:  # cancelled: what it carried goes with the next send (perhaps twice)
-                    self._loop_outcomes[:0] = batch
-                    raise
-                if not self._loop_outcomes or not (self._loop_again or len(self._loop_outcomes) >= _BATCH):
-                    return
-        finally:
-            self._loop_send = None
-
-    async def _asend(self, outcomes: list[tuple[Decision, Outcome, float | None]]) -> None:
-        """`_send` on the event loop's client, without the events (the worker thread ships those: woken when
-        this batch made a transition)."""
-        if self._degraded:
-            for decision, outcome, at in outcomes:
-                self._local_record(decision, outcome, at if at is not None else self._clock.now())
-            return
-        calls = self._calls(outcomes)
-        if not calls:
-            return
-        for attempt in (1, 2):
-            pipe = self._aclient.pipeline(transaction=False)
-            new = self._fill(pipe, calls, [])
-            replies = await pipe.execute(raise_on_error=False)
-            _, reload = self._settle(calls, new, [], replies, first=attempt == 1)
-            if reload:
-                self._shas = {name: await self._aclient.script_load(src) for name, src in SCRIPTS.items()}
-                continue
-            break
-        if len(self.events):
-            self._queue.put(_SHIP)
-
-    async def _loop_flush(self) -> None:
-        """Send everything the loop holds now, and wait for it."""
-        if self._loop_timer is not None:
-            self._loop_timer.cancel()
-            self._loop_timer = None
-        while self._loop_send is not None or self._loop_outcomes:
-            if self._loop_send is None:
-                self._loop_send = asyncio.get_running_loop().create_task(self._loop_ship())
-            self._loop_again = True
-            await asyncio.shield(self._loop_send)
 
     # ----- subscriber: transitions, config changes, reconnects -----------------------------------
 
