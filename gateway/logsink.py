@@ -93,6 +93,10 @@ if trimmed + dropped > 0 then redis.call('SET', KEYS[5], ARGV[2], 'NX') end
 return trimmed
 """
 
+# How long a stopping sink waits for the event loop's send under way: past its client's 2 s to connect and 2 s to
+# answer, with room for a busy loop.
+LOOP_SEND_WAIT_SECONDS = 6.0
+
 # Request ids are names, not secrets: a generator seeded from the OS (again in a forked child, which would
 # otherwise repeat its parent's sequence) instead of a system call per id.
 _ids = random.Random(os.urandom(32))
@@ -250,6 +254,8 @@ class LogSink:
             self._wake.wait(timeout=self._flush_seconds)
             self._wake.clear()
             self._drain()
+            if self._stop.is_set():
+                self._await_loop_send()
             if self._stop.is_set() and (not self._buffer or self._failing):
                 if not self._redis_url:
                     from django.db import connections
@@ -258,6 +264,15 @@ class LogSink:
                 return
             if self._failing:
                 self._stop.wait(1.0)
+
+    def _await_loop_send(self) -> None:
+        """Stopping: wait for a send the event loop still has under way (a shutdown cancelled before `aclose`
+        awaited it, or no `aclose` at all). It ends within its client's timeouts while the loop runs: written,
+        or its batch back in the buffer, for this thread to write or `stop` to spill. What the thread had in
+        flight itself is done by now, so whatever is still in flight is the loop's."""
+        with self._idle:
+            if not self._idle.wait_for(lambda: not self._in_flight, timeout=LOOP_SEND_WAIT_SECONDS):
+                log.error("request-log sink stopping: the event loop's send of %d records did not end", self._in_flight)
 
     def _drain(self) -> None:
         while True:

@@ -230,3 +230,65 @@ def test_a_send_to_a_hung_redis_fails_at_its_timeout_and_keeps_its_batch(redis_u
             assert sink.pending == 10  # kept for the thread
         finally:
             proxy.restore()
+
+
+def test_a_sink_stopped_during_the_event_loops_send_waits_for_it_and_spills_the_batch_it_kept(
+    redis_url, stream, tmp_path
+):
+    """`stop` while the event loop still sends (a shutdown cancelled before `aclose` awaited the send): the
+    thread waits for that send to end, here failing at its timeout, and the batch it gave back is spilled."""
+    records = [record(i) for i in range(10)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, batch_size=10, flush_seconds=3600, spill_dir=tmp_path)
+        sink.start()
+
+        async def run() -> None:
+            sink.ship_from(asyncio.get_running_loop())
+            proxy.freeze()  # Redis hangs: the loop's send waits for its 2 s timeout
+            for r in records:
+                sink.add(r)
+            async with asyncio.timeout(10):
+                while sink._buffer:  # the batch taken: the send is under way
+                    await asyncio.sleep(0.01)
+            await asyncio.to_thread(sink.stop)  # the loop runs on meanwhile, as it does during a shutdown
+
+        try:
+            run_async(run())
+        finally:
+            proxy.restore()
+    spilled = sorted(tmp_path.iterdir())
+    assert (sink.spilled, sink.pending) == (10, 0)
+    assert [orjson.loads(line)["request_id"] for line in spilled[0].read_bytes().splitlines()] == [
+        r["request_id"] for r in records
+    ]
+
+
+def test_a_cancelled_gateway_shutdown_still_stops_the_sink(world, redis_url, stream, tmp_path):  # noqa: F811
+    """The gateway's shutdown cancelled while it awaits the event loop's send: the sink is stopped all the same,
+    and what it holds is spilled, not lost."""
+    records = [record(i) for i in range(10)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, batch_size=10, flush_seconds=3600, spill_dir=tmp_path)
+        app = GatewayApp(config=ConfigHolder(), engine=build_engine(clock=ManualClock()), sink=sink)
+
+        async def run() -> None:
+            await app.startup()
+            proxy.freeze()
+            for r in records:
+                sink.add(r)
+            async with asyncio.timeout(10):
+                while sink._buffer:
+                    await asyncio.sleep(0.01)
+                shutdown = asyncio.get_running_loop().create_task(app.shutdown())
+                while sink._loop is not None:  # aclose has begun: it awaits the send
+                    await asyncio.sleep(0.01)
+            shutdown.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await shutdown
+
+        try:
+            run_async(run())
+        finally:
+            proxy.restore()
+    assert (sink.spilled, sink.pending) == (10, 0)
+    assert sink._thread is not None and not sink._thread.is_alive()
