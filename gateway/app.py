@@ -9,6 +9,7 @@ no templates.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import logging
@@ -131,21 +132,24 @@ class GatewayApp:
         settle_heap(self.gc_young_threshold)
 
     async def shutdown(self) -> None:
-        engine = self._engine
-        if engine is not None and hasattr(engine, "flush"):
-            # Outcomes still queued for Redis (a probe's result among them) are sent before exiting.
-            await asyncio.to_thread(engine.flush)
-        for transport in self._transports.values():
-            await transport.aclose()
-        self._transports.clear()
-        self._adapters.clear()
-        if self.sink is not None:
-            try:
-                await self.sink.aclose()
-            finally:  # drains, or spills, what is left whatever happened to the event loop's send
-                await asyncio.to_thread(self.sink.stop)
-        await asyncio.to_thread(self.metrics.stop)
-        await asyncio.to_thread(self.config.stop)
+        # Every step runs even if one before it failed, or the shutdown was cancelled during it: the log sink's
+        # records are written or spilled, and the threads stopped, whatever happened before. Steps in order: the
+        # body's, then the callbacks last pushed first.
+        async with contextlib.AsyncExitStack() as steps:
+            steps.push_async_callback(asyncio.to_thread, self.config.stop)
+            steps.push_async_callback(asyncio.to_thread, self.metrics.stop)
+            if self.sink is not None:
+                # Drains, or spills, what is left, after the event loop's send in progress.
+                steps.push_async_callback(asyncio.to_thread, self.sink.stop)
+                steps.push_async_callback(self.sink.aclose)
+            engine = self._engine
+            if engine is not None and hasattr(engine, "flush"):
+                # Outcomes still queued for Redis (a probe's result among them) are sent before exiting.
+                await asyncio.to_thread(engine.flush)
+            for transport in self._transports.values():
+                await transport.aclose()
+            self._transports.clear()
+            self._adapters.clear()
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         kind = scope["type"]

@@ -93,8 +93,9 @@ if trimmed + dropped > 0 then redis.call('SET', KEYS[5], ARGV[2], 'NX') end
 return trimmed
 """
 
-# How long a stopping sink waits for the event loop's send under way: past its client's 2 s to connect and 2 s to
-# answer, with room for a busy loop.
+# A send from the event loop ends within LOOP_SEND_SECONDS whatever Redis does (each connect and read has 2 s of its
+# own, and a send may make several); a stopping sink waits for one under way up to LOOP_SEND_WAIT_SECONDS.
+LOOP_SEND_SECONDS = 4.0
 LOOP_SEND_WAIT_SECONDS = 6.0
 
 # Request ids are names, not secrets: a generator seeded from the OS (again in a forked child, which would
@@ -251,7 +252,8 @@ class LogSink:
         while True:
             if replay_due and not self._stop.is_set():
                 replay_due = not self._replay()
-            self._wake.wait(timeout=self._flush_seconds)
+            if not self._stop.is_set():  # stopping: what the loop added meanwhile goes now, not at the next tick
+                self._wake.wait(timeout=self._flush_seconds)
             self._wake.clear()
             self._drain()
             if self._stop.is_set():
@@ -266,18 +268,24 @@ class LogSink:
                 self._stop.wait(1.0)
 
     def _await_loop_send(self) -> None:
-        """Stopping: wait for a send the event loop still has under way (a shutdown cancelled before `aclose`
-        awaited it, or no `aclose` at all). It ends within its client's timeouts while the loop runs: written,
-        or its batch back in the buffer, for this thread to write or `stop` to spill. What the thread had in
-        flight itself is done by now, so whatever is still in flight is the loop's."""
+        """Stopping: wait for a send the event loop still has under way (a shutdown cancelled while `aclose`
+        awaited it, or no `aclose` at all). While the loop runs, it ends within LOOP_SEND_SECONDS: written, or
+        its batch back in the buffer with the sink failing, for `stop` to spill. What the thread had in flight
+        itself is done by now, so whatever is still in flight is the loop's."""
         with self._idle:
             if not self._idle.wait_for(lambda: not self._in_flight, timeout=LOOP_SEND_WAIT_SECONDS):
-                log.error("request-log sink stopping: the event loop's send of %d records did not end", self._in_flight)
+                log.error(
+                    "request-log sink stopping: the event loop's send of %d records did not end within %.0f s;"
+                    " they are lost if it fails",
+                    self._in_flight,
+                    LOOP_SEND_WAIT_SECONDS,
+                )
 
     def _drain(self) -> None:
         while True:
             loop = self._loop
-            if loop is not None and not self._failing and len(self._buffer) >= self._batch_size:
+            handing = not self._failing and not self._stop.is_set()  # stopping: this thread writes everything
+            if loop is not None and handing and len(self._buffer) >= self._batch_size:
                 try:  # full batches are the event loop's to send (ship_from); what is left, the next tick's
                     loop.call_soon_threadsafe(self._kick)
                     return
@@ -409,7 +417,8 @@ class LogSink:
                 if not batch:
                     return
                 try:
-                    trimmed = await self._loop_append(keys=self._append_keys(), args=self._append_args(batch, 0))
+                    async with asyncio.timeout(LOOP_SEND_SECONDS):
+                        trimmed = await self._loop_append(keys=self._append_keys(), args=self._append_args(batch, 0))
                 except BaseException as exc:  # a cancelled send keeps its batch too
                     self._keep(batch, exc)
                     self._wake.set()  # the thread retries
@@ -472,7 +481,7 @@ class LogSink:
             return
         self.spilled += len(records)
         log.warning(
-            "request-log writes failing at shutdown: %d records spilled to %s, replayed at the next start",
+            "request-log sink stopped with %d records unwritten: spilled to %s, replayed at the next start",
             len(records),
             final,
         )

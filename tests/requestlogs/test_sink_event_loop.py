@@ -235,8 +235,9 @@ def test_a_send_to_a_hung_redis_fails_at_its_timeout_and_keeps_its_batch(redis_u
 def test_a_sink_stopped_during_the_event_loops_send_waits_for_it_and_spills_the_batch_it_kept(
     redis_url, stream, tmp_path
 ):
-    """`stop` while the event loop still sends (a shutdown cancelled before `aclose` awaited the send): the
-    thread waits for that send to end, here failing at its timeout, and the batch it gave back is spilled."""
+    """`stop` while the event loop still sends (a shutdown cancelled while `aclose` awaited the send, or no `aclose`
+    at all): the thread waits for that send to end, here failing at its timeout, and the batch it gave back is
+    spilled."""
     records = [record(i) for i in range(10)]
     with FaultProxy.for_redis(redis_url) as proxy:
         sink = LogSink(redis_url=proxy.url, stream_key=stream, batch_size=10, flush_seconds=3600, spill_dir=tmp_path)
@@ -263,9 +264,14 @@ def test_a_sink_stopped_during_the_event_loops_send_waits_for_it_and_spills_the_
     ]
 
 
-def test_a_cancelled_gateway_shutdown_still_stops_the_sink(world, redis_url, stream, tmp_path):  # noqa: F811
-    """The gateway's shutdown cancelled while it awaits the event loop's send: the sink is stopped all the same,
-    and what it holds is spilled, not lost."""
+def test_a_gateway_shutdown_cancelled_during_the_loops_send_spills_the_batch_and_stops_its_threads(
+    world,  # noqa: F811 - the fixture
+    redis_url,
+    stream,
+    tmp_path,
+):
+    """The gateway's shutdown cancelled while it awaits the event loop's send: the sink is stopped all the same and
+    what it holds spilled, not lost, and the shutdown's later steps (the metrics and configuration threads) run."""
     records = [record(i) for i in range(10)]
     with FaultProxy.for_redis(redis_url) as proxy:
         sink = LogSink(redis_url=proxy.url, stream_key=stream, batch_size=10, flush_seconds=3600, spill_dir=tmp_path)
@@ -291,4 +297,5 @@ def test_a_cancelled_gateway_shutdown_still_stops_the_sink(world, redis_url, str
         finally:
             proxy.restore()
     assert (sink.spilled, sink.pending) == (10, 0)
-    assert sink._thread is not None and not sink._thread.is_alive()
+    threads = [sink._thread, app.metrics._thread, *app.config._threads]
+    assert [t.name for t in threads if t is not None and t.is_alive()] == []
