@@ -94,9 +94,9 @@ return trimmed
 """
 
 # A send from the event loop ends within LOOP_SEND_SECONDS whatever Redis does (each connect and read has 2 s of its
-# own, and a send may make several); a stopping sink waits for one under way up to LOOP_SEND_WAIT_SECONDS.
+# own, and a send may make several); a stopping sink waits for one under way that long, plus a margin for a busy loop.
 LOOP_SEND_SECONDS = 4.0
-LOOP_SEND_WAIT_SECONDS = 6.0
+LOOP_SEND_MARGIN_SECONDS = 2.0
 
 # Request ids are names, not secrets: a generator seeded from the OS (again in a forked child, which would
 # otherwise repeat its parent's sequence) instead of a system call per id.
@@ -122,6 +122,7 @@ class LogSink:
         *,
         redis_url: str = "",
         flush_seconds: float = 0.5,
+        loop_send_seconds: float = LOOP_SEND_SECONDS,
         batch_size: int = ENTRY_RECORDS_MAX,
         max_buffer: int = 50_000,
         stream_key: str = STREAM_KEY,
@@ -136,6 +137,7 @@ class LogSink:
         # Where stop() writes what it could not send, and start() looks for what an earlier process left.
         self._spill_dir = Path(spill_dir) if spill_dir else None
         self._flush_seconds = flush_seconds
+        self._loop_send_seconds = loop_send_seconds  # a send from the event loop fails past this, whatever Redis does
         if not 1 <= batch_size <= ENTRY_RECORDS_MAX:
             raise ValueError(f"batch_size must be from 1 to {ENTRY_RECORDS_MAX} (one stream entry), got {batch_size}")
         self._batch_size = batch_size
@@ -269,16 +271,17 @@ class LogSink:
 
     def _await_loop_send(self) -> None:
         """Stopping: wait for a send the event loop still has under way (a shutdown cancelled while `aclose`
-        awaited it, or no `aclose` at all). While the loop runs, it ends within LOOP_SEND_SECONDS: written, or
+        awaited it, or no `aclose` at all). While the loop runs, it ends within `loop_send_seconds`: written, or
         its batch back in the buffer with the sink failing, for `stop` to spill. What the thread had in flight
         itself is done by now, so whatever is still in flight is the loop's."""
+        wait = self._loop_send_seconds + LOOP_SEND_MARGIN_SECONDS
         with self._idle:
-            if not self._idle.wait_for(lambda: not self._in_flight, timeout=LOOP_SEND_WAIT_SECONDS):
+            if not self._idle.wait_for(lambda: not self._in_flight, timeout=wait):
                 log.error(
                     "request-log sink stopping: the event loop's send of %d records did not end within %.0f s;"
                     " they are lost if it fails",
                     self._in_flight,
-                    LOOP_SEND_WAIT_SECONDS,
+                    wait,
                 )
 
     def _drain(self) -> None:
@@ -417,7 +420,7 @@ class LogSink:
                 if not batch:
                     return
                 try:
-                    async with asyncio.timeout(LOOP_SEND_SECONDS):
+                    async with asyncio.timeout(self._loop_send_seconds):
                         trimmed = await self._loop_append(keys=self._append_keys(), args=self._append_args(batch, 0))
                 except BaseException as exc:  # a cancelled send keeps its batch too
                     self._keep(batch, exc)

@@ -5,7 +5,9 @@ Point the process under test at `proxy.port` instead of the real server, then:
 - `down()`: close every open connection and refuse new ones (what a stopped server looks like);
 - `freeze()`: keep connections open but hold every byte in both directions (a hung server or a
   partitioned network: calls block until their own timeout);
-- `restore()`: accept and forward again (held bytes are delivered in order after a freeze).
+- `slow(seconds)`: deliver every chunk `seconds` late, in both directions (a slow network or a loaded
+  server: each answer comes, only late);
+- `restore()`: accept and forward again, without delay (held bytes are delivered in order after a freeze).
 
 Nothing here mocks the server: the client library speaks its real protocol to the real server,
 only the path between them fails.
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 
 class FaultProxy:
@@ -24,6 +27,7 @@ class FaultProxy:
         self._flowing = threading.Event()
         self._flowing.set()
         self._down = False
+        self._delay = 0.0
         self._conns: set[socket.socket] = set()
         self.url = ""  # set by for_redis()
         self._listener = self._listen(listen_port)
@@ -48,11 +52,16 @@ class FaultProxy:
         """Hold all traffic: connections stay open, nothing is delivered either way."""
         self._flowing.clear()
 
+    def slow(self, seconds: float) -> None:
+        """Deliver each chunk `seconds` after it arrives (fault injection: a slow path, not a synchronisation)."""
+        self._delay = seconds
+
     def restore(self) -> None:
-        """Forward again; after `down()`, listen again on the same port."""
+        """Forward again, without delay; after `down()`, listen again on the same port."""
         with self._lock:
             reopen = self._down
             self._down = False
+            self._delay = 0.0
         if reopen:
             listener = self._listen(self.port)
             with self._lock:
@@ -116,6 +125,8 @@ class FaultProxy:
                 if not data:
                     break
                 self._flowing.wait()
+                if self._delay:
+                    time.sleep(self._delay)
                 dst.sendall(data)
         except OSError:
             pass

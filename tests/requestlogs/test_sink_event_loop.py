@@ -4,6 +4,7 @@ Redis, reached directly or through a FaultProxy that goes down."""
 
 import asyncio
 import logging
+import threading
 
 import httpx
 import orjson
@@ -299,3 +300,76 @@ def test_a_gateway_shutdown_cancelled_during_the_loops_send_spills_the_batch_and
     assert (sink.spilled, sink.pending) == (10, 0)
     threads = [sink._thread, app.metrics._thread, *app.config._threads]
     assert [t.name for t in threads if t is not None and t.is_alive()] == []
+
+
+def test_a_send_from_the_event_loop_fails_past_its_time_even_when_every_answer_comes(redis_url, stream):
+    """Every chunk 0.4 s late both ways (under the client's 2 s per read), over a send of several round trips
+    (the connection's handshake, the script): the send outlasts its 0.5 s and fails, keeping its batch, instead of
+    holding the loop's sending, and a stopping sink's wait, for as long as Redis takes."""
+    records = [record(i) for i in range(10)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, batch_size=10, flush_seconds=3600, loop_send_seconds=0.5)
+        try:
+            proxy.slow(0.4)
+            _add_on_loop(sink, records)
+            assert (sink.failing, sink.pending) == (True, 10)
+        finally:
+            proxy.restore()
+
+
+def test_a_stopping_sink_writes_the_full_batches_itself(redis_url, stream):
+    """`stop` without `aclose`, while the event loop runs and the buffer holds a full batch: the loop sends nothing
+    once the sink stops, so the thread writes that batch itself (it used to hand it to the loop again and again
+    until `stop` gave up and spilled it)."""
+    client = redis.Redis.from_url(redis_url)
+    records = [record(i) for i in range(10)]
+    sink = LogSink(redis_url=redis_url, stream_key=stream, batch_size=10, flush_seconds=3600)
+    sink.start()
+
+    async def run() -> None:
+        sink.ship_from(asyncio.get_running_loop())
+        for r in records:
+            sink.add(r)  # a full batch: the loop's send is created, and runs at the loop's next turn
+        stopping = threading.Thread(target=sink.stop)
+        stopping.start()
+        while not sink._stop.is_set():  # the loop holds still until the sink is stopping: its send then refuses
+            pass
+        await asyncio.to_thread(stopping.join)
+
+    run_async(run())
+    assert (sink.spilled, sink.pending) == (0, 0)
+    assert _entries(client, stream) == [records]
+
+
+def test_records_added_while_a_stopping_sink_waits_for_the_loops_send_are_written_at_once(redis_url, stream):
+    """The thread, stopping, waits for the event loop's send under way; what the loop adds meanwhile is written
+    as soon as that send has ended, not at the thread's next tick (an hour here)."""
+    client = redis.Redis.from_url(redis_url)
+    first, late = [record(i) for i in range(10)], [record(i) for i in range(10, 13)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, batch_size=10, flush_seconds=3600)
+        sink.start()
+
+        async def run() -> None:
+            sink.ship_from(asyncio.get_running_loop())
+            proxy.slow(0.2)  # the loop's send takes a few round trips of 0.4 s: the late records come before it ends
+            for r in first:
+                sink.add(r)
+            async with asyncio.timeout(10):
+                while sink._buffer:  # the batch taken: the send is under way
+                    await asyncio.sleep(0.01)
+            stopping = threading.Thread(target=sink.stop)
+            stopping.start()
+            async with asyncio.timeout(10):
+                while not sink._stop.is_set():
+                    await asyncio.sleep(0.01)
+            for r in late:
+                sink.add(r)
+            await asyncio.to_thread(stopping.join)
+
+        try:
+            run_async(run())
+        finally:
+            proxy.restore()
+    assert (sink.spilled, sink.pending) == (0, 0)
+    assert _entries(client, stream) == [first, late]
