@@ -383,8 +383,9 @@ class LogSink:
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
 
-        # One try per send, 2 s at most to connect and 2 s to answer: a hung Redis fails the send, the thread
-        # retries, and shutdown never waits long for the event loop's send in progress.
+        # One try per send, 2 s at most to connect and 2 s for each answer, and `loop_send_seconds` for the whole
+        # send (`_ship`): a hung or slow Redis fails the send, the thread retries, and shutdown never waits long
+        # for the event loop's send in progress.
         self._loop_redis = redis.asyncio.Redis.from_url(
             self._redis_url, socket_timeout=2, socket_connect_timeout=2, retry=Retry(NoBackoff(), 0)
         )
