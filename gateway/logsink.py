@@ -15,12 +15,14 @@ A batch is one stream entry (requestlogs/stream.py). The stream is capped in rec
 outage cannot fill the Redis that also holds the breakers and the Celery broker; what the cap trims before it
 was ingested is counted in Redis (`<stream>:trimmed`), as are the records this buffer had to drop
 (`<stream>:dropped`). A sink stopped while its writes fail spills its buffer to a local file, replayed at the
-next start.
+next start; at the interpreter's exit, a sink nobody stopped is stopped, and one stopped spills what was added
+after (`_stop_at_exit`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import fcntl
 import logging
 import os
@@ -97,6 +99,10 @@ return trimmed
 # own, and a send may make several); a stopping sink waits for one under way that long, plus a margin for a busy loop.
 LOOP_SEND_SECONDS = 4.0
 LOOP_SEND_MARGIN_SECONDS = 2.0
+
+# At the interpreter's exit, a sink that was never stopped (uvicorn's forced exit, a second Ctrl-C, skips the
+# lifespan's shutdown) is stopped then, waiting this long at most for its thread; what it could not write is spilled.
+EXIT_STOP_SECONDS = 5.0
 
 # Request ids are names, not secrets: a generator seeded from the OS (again in a forked child, which would
 # otherwise repeat its parent's sequence) instead of a system call per id.
@@ -188,6 +194,16 @@ class LogSink:
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="request-log-sink", daemon=True)
         self._thread.start()
+        _started.add(self)
+
+    def _at_exit(self) -> None:
+        """The interpreter is exiting: stop a sink nobody stopped; spill records added after `stop` (a request
+        that ended while the shutdown ran after it), which no thread would write any more."""
+        if not self._stop.is_set():
+            log.warning("request-log sink not stopped before exit (a forced shutdown?): stopping it now")
+            self.stop(timeout=EXIT_STOP_SECONDS)
+        elif self._buffer:
+            self._spill()
 
     def stop(self, timeout: float = 10.0) -> None:
         """Drain what is buffered, then stop; what could not be written goes to a spill file."""
@@ -265,6 +281,9 @@ class LogSink:
                     from django.db import connections
 
                     connections.close_all()  # this thread's connection only
+                elif self._redis is not None:
+                    self._redis.close()  # the sink outlives its thread (`_started`): its socket need not
+                    self._redis = self._append = None
                 return
             if self._failing:
                 self._stop.wait(1.0)
@@ -460,7 +479,8 @@ class LogSink:
     # -- spill file ------------------------------------------------------------------
     def _spill(self) -> None:
         """Write the buffer to a new file in the spill dir: one JSON record a line, fsynced, then renamed."""
-        records = [self._buffer.popleft() for _ in range(len(self._buffer))]
+        with self._idle:  # a thread still running (its stop timed out) takes and keeps batches under this lock
+            records = [self._buffer.popleft() for _ in range(len(self._buffer))]  # `add` appends meanwhile
         if self._spill_dir is None:
             log.error("request-log sink stopped with %d unwritten records and no spill dir: lost", len(records))
             return
@@ -551,3 +571,14 @@ class LogSink:
             )
             pipe.incr(self.keys.dead_lettered)
             pipe.execute()
+
+
+# Every started sink, for `_stop_at_exit`: held to the end, since the server may drop its app (and so its sink)
+# before the interpreter exits, with records added during the shutdown still in the buffer.
+_started: set[LogSink] = set()
+
+
+@atexit.register
+def _stop_at_exit() -> None:
+    for sink in list(_started):
+        sink._at_exit()

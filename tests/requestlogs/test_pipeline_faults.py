@@ -10,19 +10,24 @@ FAULT_PG_OUTAGE_SECONDS shortens the PostgreSQL outage for local iterations (60 
 
 import asyncio
 import collections
+import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
 
 import httpx
+import orjson
 import pytest
 import redis
 from django.db import connection
 
+from gateway.simulator import Behaviour
 from requestlogs.models import RequestLog
 from requestlogs.stream import StreamKeys
 from tests.faults import FaultProxy
@@ -309,3 +314,46 @@ def test_redis_down_at_gateway_shutdown_spills_and_the_next_start_replays_once(s
     assert (len(spilled), rows_before) == (len(ids), [])
     assert sorted(rows) == sorted(ids)
     assert left == []
+
+
+def test_a_forced_exit_with_redis_down_spills_every_record_even_the_one_cut_off(stack, world, tmp_path):  # noqa: F811
+    """A second Ctrl-C makes uvicorn skip the lifespan's shutdown: the sink is stopped at the interpreter's exit
+    instead, and spills the records it holds, the request cut off by the exit included."""
+    var = tmp_path / "var"
+    spill_dir = var / "requestlog-spill"
+    with FaultProxy.for_redis(stack.redis_url) as proxy:
+        gateway, url = stack.gateway(stack.env_with(redis_port=proxy.port, CONTROLPLANE_VAR_DIR=str(var)))
+        proxy.down()
+        ids, statuses = traffic(url, world.secret, seconds=0.5)
+        world.sim.behaviours["openai"] = Behaviour(mode="hang")  # one more request, still open at the exit
+        calls_before = world.sim.requests.get("openai", 0)
+        cut_off = threading.Thread(target=_post_expecting_no_answer, args=(url, world.secret), daemon=True)
+        cut_off.start()
+        until(lambda: world.sim.requests.get("openai", 0) > calls_before, 10, "the open request upstream")
+
+        gateway.send_signal(signal.SIGINT)  # graceful: stops accepting, then waits for the open request
+        until(lambda: _refused(url), 10, "the gateway to stop accepting")
+        gateway.send_signal(signal.SIGINT)  # forced: no lifespan shutdown
+        gateway.wait(timeout=60)
+        cut_off.join(timeout=10)
+        spilled = [orjson.loads(line) for path in spill_dir.glob("*.jsonl") for line in path.read_bytes().splitlines()]
+
+    _figures("forced exit, redis down", requests=len(ids), statuses=dict(statuses), spilled=len(spilled))
+    assert statuses == collections.Counter({200: len(ids)})
+    assert sorted(r["request_id"] for r in spilled if r["request_id"] in set(ids)) == sorted(ids)
+    assert len(spilled) == len(ids) + 1  # and the request cut off, which no client saw an id for
+    assert "not stopped before exit" in gateway.log_path.read_text()  # type: ignore[attr-defined]
+
+
+def _post_expecting_no_answer(url: str, secret: str) -> None:
+    with contextlib.suppress(httpx.HTTPError):
+        httpx.post(f"{url}/v1/chat/completions", json=BODY, headers={"authorization": f"Bearer {secret}"}, timeout=60)
+
+
+def _refused(url: str) -> bool:
+    port = int(url.rsplit(":", 1)[1])
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    except ConnectionRefusedError:
+        return True
+    return False

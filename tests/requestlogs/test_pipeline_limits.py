@@ -1,8 +1,12 @@
 """The request-log pipeline's limits: the stream cap counts what it trims, undecodable entries are
-dead-lettered, a sink that cannot write at shutdown spills to a file that the next start replays once."""
+dead-lettered, a sink that cannot write at shutdown spills to a file that the next start replays once, and so
+does one left running at the interpreter's exit or given records after it stopped."""
 
 import fcntl
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -11,10 +15,10 @@ import redis
 from gateway.logsink import LogSink
 from requestlogs.ingest import request_logs_ingest
 from requestlogs.models import RequestLog
-from requestlogs.stream import StreamKeys
+from requestlogs.stream import BATCH_FIELD, StreamKeys
 from tests.faults import FaultProxy
 from tests.requestlogs.test_ingest import record
-from tests.servers import until
+from tests.servers import free_port, until
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -220,3 +224,62 @@ def test_a_spill_file_another_process_holds_is_left_alone(redis_url, stream, tmp
 
     assert while_held == (True, 1)
     assert sink.replayed == 2
+
+
+# A process of its own: what happens at the interpreter's exit is the point. argv: the Redis URL, the stream, the
+# spill dir, the scenario; it prints nothing and exits 0.
+_AT_EXIT_SCRIPT = """
+import sys
+from gateway.logsink import LogSink
+from tests.servers import until
+
+redis_url, stream, spill_dir, scenario = sys.argv[1:]
+sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=spill_dir)
+sink.start()
+if scenario == "never stopped":  # Redis refuses: the records wait in the buffer; then the process exits
+    for i in range(3):
+        sink.add({"request_id": f"kept-{i}"})
+    until(lambda: sink.failing, 10, "a failed write")
+else:  # stopped, then a request that ended during the shutdown adds its record
+    for i in range(2):
+        sink.add({"request_id": f"written-{i}"})
+    sink.stop()
+    sink.add({"request_id": "late"})
+"""
+
+
+def _exit_spill(redis_url: str, stream: str, spill_dir: Path, scenario: str) -> tuple[list[str], str]:
+    """Run the script; the request ids its spill files hold, and what it logged."""
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", _AT_EXIT_SCRIPT, redis_url, stream, str(spill_dir), scenario],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [line for path in sorted(spill_dir.glob("*.jsonl")) for line in path.read_bytes().splitlines()]
+    ids = [orjson.loads(line)["request_id"] for line in lines]
+    return ids, done.stderr
+
+
+def test_a_sink_nobody_stopped_is_stopped_at_exit_and_spills_what_it_could_not_write(stream, tmp_path):
+    refused = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    ids, logged = _exit_spill(refused, stream, tmp_path, "never stopped")
+
+    assert ids == ["kept-0", "kept-1", "kept-2"]
+    assert "not stopped before exit" in logged
+
+
+def test_records_added_after_stop_are_spilled_at_exit(redis_url, stream, tmp_path):
+    ids, _ = _exit_spill(redis_url, stream, tmp_path, "late record")
+    written = [
+        orjson.loads(batch)
+        for _, fields in redis.Redis.from_url(redis_url).xrange(stream)
+        for name, batch in fields.items()
+        if name == BATCH_FIELD.encode()
+    ]
+
+    assert [r["request_id"] for batch in written for r in batch] == ["written-0", "written-1"]
+    assert ids == ["late"]
