@@ -147,6 +147,7 @@ class LogSink:
         if not 1 <= batch_size <= ENTRY_RECORDS_MAX:
             raise ValueError(f"batch_size must be from 1 to {ENTRY_RECORDS_MAX} (one stream entry), got {batch_size}")
         self._batch_size = batch_size
+        self._full_at = batch_size  # `add` acts from this many records on: 1 once stopped (every record, at once)
         # ~1 KiB a record: the cap bounds memory during a long outage (records past it are counted
         # and dropped, oldest first, and the drop is logged).
         self._max_buffer = max_buffer
@@ -160,6 +161,7 @@ class LogSink:
         self._idle = threading.Condition()
         self._in_flight = 0  # records taken from the buffer and not yet written, by the thread or the loop
         self._thread: threading.Thread | None = None
+        self._stopped = False  # `stop` has ended the thread's work
         self._failing = False
         self._redis: Any = None  # the sink thread's client, and its registered append script
         self._append: Any = None
@@ -173,6 +175,7 @@ class LogSink:
         self._loop_redis: Any = None
         self._loop_append: Any = None
         self._shipping: asyncio.Task[None] | None = None
+        self._loop_batch: list[dict[str, Any]] | None = None  # what the loop's send in progress carries
 
     def add(self, record: dict[str, Any]) -> None:
         """Request path: O(1), never blocks, never raises. Once `ship_from(loop)`, called on that loop only."""
@@ -185,11 +188,16 @@ class LogSink:
                 log.error(
                     "request-log buffer full (%d records): %d records dropped so far", self._max_buffer, self.dropped
                 )
-        if len(buffer) >= self._batch_size:
-            if self._loop is not None and not self._failing:
-                self._kick()
-            else:
-                self._wake.set()
+        if len(buffer) >= self._full_at:
+            self._batch_full()
+
+    def _batch_full(self) -> None:
+        if self._stopped:
+            self._spill()  # a request that ended after `stop` (during the shutdown): nothing else would write it
+        elif self._loop is not None and not self._failing:
+            self._kick()
+        else:
+            self._wake.set()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="request-log-sink", daemon=True)
@@ -197,12 +205,15 @@ class LogSink:
         _started.add(self)
 
     def _at_exit(self) -> None:
-        """The interpreter is exiting: stop a sink nobody stopped; spill records added after `stop` (a request
-        that ended while the shutdown ran after it), which no thread would write any more."""
+        """The interpreter is exiting: stop a sink nobody stopped; spill what a sink whose stop timed out still
+        holds, once its thread has had a last chance to finish."""
         if not self._stop.is_set():
             log.warning("request-log sink not stopped before exit (a forced shutdown?): stopping it now")
             self.stop(timeout=EXIT_STOP_SECONDS)
-        elif self._buffer:
+            return
+        if self._thread is not None and self._thread.is_alive():
+            self._thread.join(timeout=EXIT_STOP_SECONDS)
+        if self._buffer:
             self._spill()
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -215,6 +226,8 @@ class LogSink:
                 log.error("request-log sink still writing at shutdown; %d records in flight", self._in_flight)
             else:
                 self._report_trimmed(0, final=True)
+        self._stopped = True  # from now on `add` spills each record at once (`_batch_full`)
+        self._full_at = 1
         if self._buffer:
             self._spill()
 
@@ -293,6 +306,10 @@ class LogSink:
         awaited it, or no `aclose` at all). While the loop runs, it ends within `loop_send_seconds`: written, or
         its batch back in the buffer with the sink failing, for `stop` to spill. What the thread had in flight
         itself is done by now, so whatever is still in flight is the loop's."""
+        loop = self._loop
+        if loop is not None and loop.is_closed():  # it ended with a send under way, which will never finish
+            self._reclaim_loop_batch()
+            return
         wait = self._loop_send_seconds + LOOP_SEND_MARGIN_SECONDS
         with self._idle:
             if not self._idle.wait_for(lambda: not self._in_flight, timeout=wait):
@@ -325,6 +342,16 @@ class LogSink:
                 log.info("request-log writes recovered")
                 self._failing = False
             self._written(batch)
+
+    def _reclaim_loop_batch(self) -> None:
+        """The batch of a send the closed loop left under way goes back to the buffer's front, for this thread
+        to write or `stop` to spill. It may have reached Redis too: the ingest stores a request id once."""
+        with self._idle:
+            batch, self._loop_batch = self._loop_batch, None
+            if batch:
+                self._buffer.extendleft(reversed(batch))
+                self._in_flight -= len(batch)
+                self._idle.notify_all()
 
     def _take(self) -> list[dict[str, Any]]:
         """The next batch from the buffer, counted in flight until `_written`."""
@@ -436,18 +463,20 @@ class LogSink:
                 and not self._stop.is_set()
                 and len(self._buffer) >= self._batch_size
             ):
-                batch = self._take()
+                batch = self._loop_batch = self._take()
                 if not batch:
                     return
                 try:
                     async with asyncio.timeout(self._loop_send_seconds):
                         trimmed = await self._loop_append(keys=self._append_keys(), args=self._append_args(batch, 0))
                 except BaseException as exc:  # a cancelled send keeps its batch too
+                    self._loop_batch = None
                     self._keep(batch, exc)
                     self._wake.set()  # the thread retries
                     if not isinstance(exc, Exception):
                         raise
                     return
+                self._loop_batch = None
                 self._written(batch)
                 if trimmed:
                     self._report_trimmed(trimmed)
@@ -578,7 +607,13 @@ class LogSink:
 _started: set[LogSink] = set()
 
 
+os.register_at_fork(after_in_child=_started.clear)  # a child's copy of a buffer is its parent's to write
+
+
 @atexit.register
 def _stop_at_exit() -> None:
     for sink in list(_started):
-        sink._at_exit()
+        try:
+            sink._at_exit()
+        except Exception:  # the next sink's records still matter
+            log.exception("request-log sink: stopping it at exit failed")

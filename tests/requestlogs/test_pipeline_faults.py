@@ -325,7 +325,8 @@ def test_a_forced_exit_with_redis_down_spills_every_record_even_the_one_cut_off(
         gateway, url = stack.gateway(stack.env_with(redis_port=proxy.port, CONTROLPLANE_VAR_DIR=str(var)))
         proxy.down()
         ids, statuses = traffic(url, world.secret, seconds=0.5)
-        world.sim.behaviours["openai"] = Behaviour(mode="hang")  # one more request, still open at the exit
+        for name in ("openai", "backup", "third"):  # one more request, still open at the exit: every provider
+            world.sim.behaviours[name] = Behaviour(mode="hang")  # of its chain hangs, for 5 s each
         calls_before = world.sim.requests.get("openai", 0)
         cut_off = threading.Thread(target=_post_expecting_no_answer, args=(url, world.secret), daemon=True)
         cut_off.start()

@@ -1,7 +1,9 @@
 """The request-log pipeline's limits: the stream cap counts what it trims, undecodable entries are
 dead-lettered, a sink that cannot write at shutdown spills to a file that the next start replays once, and so
-does one left running at the interpreter's exit or given records after it stopped."""
+does one left running at the interpreter's exit, one given records after it stopped, and one whose event loop
+closed with a send under way."""
 
+import asyncio
 import fcntl
 import logging
 import subprocess
@@ -226,54 +228,52 @@ def test_a_spill_file_another_process_holds_is_left_alone(redis_url, stream, tmp
     assert sink.replayed == 2
 
 
-# A process of its own: what happens at the interpreter's exit is the point. argv: the Redis URL, the stream, the
-# spill dir, the scenario; it prints nothing and exits 0.
-_AT_EXIT_SCRIPT = """
+# A process of its own: what happens at the interpreter's exit is the point. argv: the Redis URL (one that refuses),
+# the stream, the spill dir. The records wait in the buffer, the writes failing; then the process exits, the sink
+# never stopped (as after uvicorn's forced exit, which skips the lifespan's shutdown).
+_NEVER_STOPPED = """
 import sys
 from gateway.logsink import LogSink
 from tests.servers import until
 
-redis_url, stream, spill_dir, scenario = sys.argv[1:]
+redis_url, stream, spill_dir = sys.argv[1:]
 sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=spill_dir)
 sink.start()
-if scenario == "never stopped":  # Redis refuses: the records wait in the buffer; then the process exits
-    for i in range(3):
-        sink.add({"request_id": f"kept-{i}"})
-    until(lambda: sink.failing, 10, "a failed write")
-else:  # stopped, then a request that ended during the shutdown adds its record
-    for i in range(2):
-        sink.add({"request_id": f"written-{i}"})
-    sink.stop()
-    sink.add({"request_id": "late"})
+for i in range(3):
+    sink.add({"request_id": f"kept-{i}"})
+until(lambda: sink.failing, 10, "a failed write")
 """
 
 
-def _exit_spill(redis_url: str, stream: str, spill_dir: Path, scenario: str) -> tuple[list[str], str]:
-    """Run the script; the request ids its spill files hold, and what it logged."""
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run(
-        [sys.executable, "-c", _AT_EXIT_SCRIPT, redis_url, stream, str(spill_dir), scenario],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
+def _spilled_ids(spill_dir: Path) -> list[str]:
     lines = [line for path in sorted(spill_dir.glob("*.jsonl")) for line in path.read_bytes().splitlines()]
-    ids = [orjson.loads(line)["request_id"] for line in lines]
-    return ids, done.stderr
+    return [orjson.loads(line)["request_id"] for line in lines]
 
 
 def test_a_sink_nobody_stopped_is_stopped_at_exit_and_spills_what_it_could_not_write(stream, tmp_path):
     refused = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
-    ids, logged = _exit_spill(refused, stream, tmp_path, "never stopped")
+    done = subprocess.run(
+        [sys.executable, "-c", _NEVER_STOPPED, refused, stream, str(tmp_path)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
-    assert ids == ["kept-0", "kept-1", "kept-2"]
-    assert "not stopped before exit" in logged
+    assert done.returncode == 0, done.stderr
+    assert _spilled_ids(tmp_path) == ["kept-0", "kept-1", "kept-2"]
+    assert "not stopped before exit" in done.stderr
 
 
-def test_records_added_after_stop_are_spilled_at_exit(redis_url, stream, tmp_path):
-    ids, _ = _exit_spill(redis_url, stream, tmp_path, "late record")
+def test_a_record_added_after_stop_is_spilled_at_once(redis_url, stream, tmp_path):
+    """A request that ends while the shutdown runs, after the sink stopped: a SIGTERM's exit runs no `atexit`
+    (uvicorn raises the signal again once it has shut down), so the record cannot wait for one."""
+    before, after = record(0), record(1)
+    sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+    sink.start()
+    sink.add(before)
+    sink.stop()
+    sink.add(after)
     written = [
         orjson.loads(batch)
         for _, fields in redis.Redis.from_url(redis_url).xrange(stream)
@@ -281,5 +281,36 @@ def test_records_added_after_stop_are_spilled_at_exit(redis_url, stream, tmp_pat
         if name == BATCH_FIELD.encode()
     ]
 
-    assert [r["request_id"] for batch in written for r in batch] == ["written-0", "written-1"]
-    assert ids == ["late"]
+    assert [r["request_id"] for batch in written for r in batch] == [before["request_id"]]
+    assert _spilled_ids(tmp_path) == [after["request_id"]]
+    assert sink.pending == 0
+
+
+def test_a_loop_closed_with_its_send_under_way_gives_the_batch_back_to_be_spilled(redis_url, stream, tmp_path):
+    """The event loop's last send can be left pending when the loop closes: a request cancelled as the loop shuts
+    down fills a batch, and the send it starts is never cancelled. Its own loop, closed with that send pending
+    (what `asyncio.run` leaves after cancelling the tasks it knew of), so not `run_async`."""
+    records = [record(i) for i in range(10)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, flush_seconds=60, batch_size=10, spill_dir=tmp_path)
+        sink.start()
+        loop = asyncio.new_event_loop()
+        sink.ship_from(loop)
+        proxy.freeze()
+
+        async def fill() -> None:
+            for r in records:
+                sink.add(r)  # the tenth starts the loop's send, which waits on the frozen Redis
+            for _ in range(1000):
+                if sink._in_flight:  # the send has taken the batch
+                    return
+                await asyncio.sleep(0)
+            raise AssertionError("the loop's send did not start")
+
+        loop.run_until_complete(fill())
+        loop.close()
+        proxy.down()  # the thread's last write fails at once
+        sink.stop()
+
+    assert _spilled_ids(tmp_path) == [r["request_id"] for r in records]
+    assert sink.pending == 0
