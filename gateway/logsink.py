@@ -356,9 +356,20 @@ class LogSink:
     def _take(self) -> list[dict[str, Any]]:
         """The next batch from the buffer, counted in flight until `_written`."""
         with self._idle:
-            batch = [self._buffer.popleft() for _ in range(min(self._batch_size, len(self._buffer)))]
+            batch = self._pop_left(self._batch_size)
             self._in_flight += len(batch)
         return batch
+
+    def _pop_left(self, count: int) -> list[dict[str, Any]]:
+        """Up to `count` records from the buffer's front (under `_idle`). `add` may drop the oldest meanwhile
+        (a full buffer), without the lock: the buffer can run out before `count`."""
+        buffer, records = self._buffer, []
+        for _ in range(count):
+            try:
+                records.append(buffer.popleft())
+            except IndexError:
+                break
+        return records
 
     def _keep(self, batch: list[dict[str, Any]], exc: BaseException) -> None:
         """A batch whose write failed goes back to the buffer's front, no longer in flight (one step, so that
@@ -509,7 +520,7 @@ class LogSink:
     def _spill(self) -> None:
         """Write the buffer to a new file in the spill dir: one JSON record a line, fsynced, then renamed."""
         with self._idle:  # a thread still running (its stop timed out) takes and keeps batches under this lock
-            records = [self._buffer.popleft() for _ in range(len(self._buffer))]  # `add` appends meanwhile
+            records = self._pop_left(len(self._buffer))  # `add` appends meanwhile
         if self._spill_dir is None:
             log.error("request-log sink stopped with %d unwritten records and no spill dir: lost", len(records))
             return
