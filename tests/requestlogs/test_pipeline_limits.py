@@ -4,6 +4,7 @@ does one left running at the interpreter's exit, one given records after it stop
 closed with a send under way."""
 
 import asyncio
+import concurrent.futures
 import fcntl
 import logging
 import subprocess
@@ -288,14 +289,13 @@ def test_a_record_added_after_stop_is_spilled_at_once(redis_url, stream, tmp_pat
 
 def test_a_loop_closed_with_its_send_under_way_gives_the_batch_back_to_be_spilled(redis_url, stream, tmp_path):
     """The event loop's last send can be left pending when the loop closes: a request cancelled as the loop shuts
-    down fills a batch, and the send it starts is never cancelled. Its own loop, closed with that send pending
-    (what `asyncio.run` leaves after cancelling the tasks it knew of), so not `run_async`."""
+    down fills a batch, and the send it starts is never cancelled. A loop of its own, closed with that send pending
+    (what `asyncio.run` leaves after cancelling the tasks it knew of), in a thread of its own as `run_async` does:
+    the test thread may already run a loop."""
     records = [record(i) for i in range(10)]
     with FaultProxy.for_redis(redis_url) as proxy:
         sink = LogSink(redis_url=proxy.url, stream_key=stream, flush_seconds=60, batch_size=10, spill_dir=tmp_path)
         sink.start()
-        loop = asyncio.new_event_loop()
-        sink.ship_from(loop)
         proxy.freeze()
 
         async def fill() -> None:
@@ -307,8 +307,16 @@ def test_a_loop_closed_with_its_send_under_way_gives_the_batch_back_to_be_spille
                 await asyncio.sleep(0)
             raise AssertionError("the loop's send did not start")
 
-        loop.run_until_complete(fill())
-        loop.close()
+        def run_and_close() -> None:
+            loop = asyncio.new_event_loop()
+            try:
+                sink.ship_from(loop)
+                loop.run_until_complete(fill())
+            finally:
+                loop.close()
+
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(run_and_close).result()
         proxy.down()  # the thread's last write fails at once
         sink.stop()
 
