@@ -15,8 +15,8 @@ A batch is one stream entry (requestlogs/stream.py). The stream is capped in rec
 outage cannot fill the Redis that also holds the breakers and the Celery broker; what the cap trims before it
 was ingested is counted in Redis (`<stream>:trimmed`), as are the records this buffer had to drop
 (`<stream>:dropped`). A sink stopped while its writes fail spills its buffer to a local file, replayed at the
-next start; at the interpreter's exit, a sink nobody stopped is stopped, and one stopped spills what was added
-after (`_stop_at_exit`).
+next start; so is a record added after `stop` (at once), and a sink nobody stopped is stopped at the
+interpreter's exit (`_stop_at_exit`).
 """
 
 from __future__ import annotations
