@@ -230,19 +230,26 @@ def test_a_spill_file_another_process_holds_is_left_alone(redis_url, stream, tmp
 
 
 # A process of its own: what happens at the interpreter's exit is the point. argv: the Redis URL (one that refuses),
-# the stream, the spill dir. The records wait in the buffer, the writes failing; then the process exits, the sink
-# never stopped (as after uvicorn's forced exit, which skips the lifespan's shutdown).
+# the stream, the spill dir, and "fork" or nothing. The records wait in the buffer, the writes failing; then the
+# process exits, the sink never stopped (as after uvicorn's forced exit, which skips the lifespan's shutdown). With
+# "fork", a child forked first exits before it: its copy of the buffer is the parent's to write, not its own.
 _NEVER_STOPPED = """
+import os
 import sys
 from gateway.logsink import LogSink
 from tests.servers import until
 
-redis_url, stream, spill_dir = sys.argv[1:]
+redis_url, stream, spill_dir, *fork = sys.argv[1:]
 sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=spill_dir)
 sink.start()
 for i in range(3):
     sink.add({"request_id": f"kept-{i}"})
 until(lambda: sink.failing, 10, "a failed write")
+if fork:
+    child = os.fork()
+    if child == 0:
+        sys.exit(0)
+    os.waitpid(child, 0)
 """
 
 
@@ -251,10 +258,11 @@ def _spilled_ids(spill_dir: Path) -> list[str]:
     return [orjson.loads(line)["request_id"] for line in lines]
 
 
-def test_a_sink_nobody_stopped_is_stopped_at_exit_and_spills_what_it_could_not_write(stream, tmp_path):
+@pytest.mark.parametrize("fork", [[], ["fork"]], ids=["alone", "after a forked child exited"])
+def test_a_sink_nobody_stopped_is_stopped_at_exit_and_spills_what_it_could_not_write(stream, tmp_path, fork):
     refused = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     done = subprocess.run(
-        [sys.executable, "-c", _NEVER_STOPPED, refused, stream, str(tmp_path)],
+        [sys.executable, "-c", _NEVER_STOPPED, refused, stream, str(tmp_path), *fork],
         cwd=Path(__file__).resolve().parents[2],
         capture_output=True,
         text=True,
@@ -264,6 +272,27 @@ def test_a_sink_nobody_stopped_is_stopped_at_exit_and_spills_what_it_could_not_w
     assert done.returncode == 0, done.stderr
     assert _spilled_ids(tmp_path) == ["kept-0", "kept-1", "kept-2"]
     assert "not stopped before exit" in done.stderr
+
+
+def test_at_exit_a_sink_whose_stop_timed_out_gets_a_last_join_and_spills_the_batch_its_thread_kept(
+    redis_url, stream, tmp_path
+):
+    records = [record(i) for i in range(3)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, flush_seconds=60, spill_dir=tmp_path)
+        sink.start()
+        proxy.freeze()
+        for r in records:
+            sink.add(r)
+        sink.flush(timeout=0)  # wakes the thread, which takes the batch and waits on the frozen Redis (2 s)
+        until(lambda: sink._in_flight == 3, 10, "the thread's write")
+        sink.stop(timeout=0.05)  # times out: the write is under way
+        spilled_by_stop = _spilled_ids(tmp_path)
+        sink._at_exit()  # what `_stop_at_exit` calls
+
+    assert spilled_by_stop == []
+    assert _spilled_ids(tmp_path) == [r["request_id"] for r in records]
+    assert sink.pending == 0
 
 
 def test_a_record_added_after_stop_is_spilled_at_once(redis_url, stream, tmp_path):
