@@ -15,8 +15,9 @@ A batch is one stream entry (requestlogs/stream.py). The stream is capped in rec
 outage cannot fill the Redis that also holds the breakers and the Celery broker; what the cap trims before it
 was ingested is counted in Redis (`<stream>:trimmed`), as are the records this buffer had to drop
 (`<stream>:dropped`). A sink stopped while its writes fail spills its buffer to a local file, replayed at the
-next start; so is a record added after `stop` (at once), and a sink nobody stopped is stopped at the
-interpreter's exit (`_stop_at_exit`).
+next start; so are a record added after `stop` and a batch whose write fails after `stop` gave up waiting for it
+(both at once), and a sink nobody stopped is stopped at the interpreter's exit (`_stop_at_exit`), which then
+waits a last time for a write still under way.
 """
 
 from __future__ import annotations
@@ -182,12 +183,18 @@ class LogSink:
         buffer = self._buffer
         buffer.append(record)
         if len(buffer) > self._max_buffer:
-            buffer.popleft()
-            self.dropped += 1
-            if self.dropped == 1 or self.dropped % 10_000 == 0:
-                log.error(
-                    "request-log buffer full (%d records): %d records dropped so far", self._max_buffer, self.dropped
-                )
+            try:
+                buffer.popleft()
+            except IndexError:  # emptied since measured, by a spill in another thread (`stop`): nothing dropped
+                pass
+            else:
+                self.dropped += 1
+                if self.dropped == 1 or self.dropped % 10_000 == 0:
+                    log.error(
+                        "request-log buffer full (%d records): %d records dropped so far",
+                        self._max_buffer,
+                        self.dropped,
+                    )
         if len(buffer) >= self._full_at:
             self._batch_full()
 
@@ -205,12 +212,12 @@ class LogSink:
         _started.add(self)
 
     def _at_exit(self) -> None:
-        """The interpreter is exiting: stop a sink nobody stopped; spill what a sink whose stop timed out still
-        holds, once its thread has had a last chance to finish."""
+        """The interpreter is exiting: stop a sink nobody stopped; then, whoever stopped it, give a thread still
+        writing (its stop timed out) a last chance to finish, and spill what is left: the process ends right
+        after, and the thread with it."""
         if not self._stop.is_set():
             log.warning("request-log sink not stopped before exit (a forced shutdown?): stopping it now")
             self.stop(timeout=EXIT_STOP_SECONDS)
-            return
         if self._thread is not None and self._thread.is_alive():
             self._thread.join(timeout=EXIT_STOP_SECONDS)
         if self._buffer:
@@ -345,13 +352,15 @@ class LogSink:
 
     def _reclaim_loop_batch(self) -> None:
         """The batch of a send the closed loop left under way goes back to the buffer's front, for this thread
-        to write or `stop` to spill. It may have reached Redis too: the ingest stores a request id once."""
+        to write or `stop` to spill (spilled at once if `stop` has already spilled, its wait for this thread
+        timed out). It may have reached Redis too: the ingest stores a request id once."""
         with self._idle:
             batch, self._loop_batch = self._loop_batch, None
             if batch:
                 self._buffer.extendleft(reversed(batch))
                 self._in_flight -= len(batch)
                 self._idle.notify_all()
+        self._spill_if_stopped()
 
     def _take(self) -> list[dict[str, Any]]:
         """The next batch from the buffer, counted in flight until `_written`."""
@@ -374,7 +383,8 @@ class LogSink:
     def _keep(self, batch: list[dict[str, Any]], exc: BaseException) -> None:
         """A batch whose write failed goes back to the buffer's front, no longer in flight (one step, so that
         `pending` and `flush` never miss it), and the sink is failing: its thread retries until a write
-        succeeds."""
+        succeeds. Once `stop` has spilled (its wait for the thread timed out while this write was under way),
+        nothing would: the batch is spilled at once."""
         if not self._failing:
             log.warning(
                 "request-log write failed (%s: %s); keeping %d records for retry",
@@ -387,6 +397,14 @@ class LogSink:
             self._in_flight -= len(batch)
             self._failing = True
             self._idle.notify_all()
+        self._spill_if_stopped()
+
+    def _spill_if_stopped(self) -> None:
+        """After a batch went back to the buffer: spill it if `stop` has already spilled the buffer. This checks
+        `_stopped` after the batch is back, `stop` checks the buffer after setting `_stopped`: one of the two
+        spills it."""
+        if self._stopped and self._buffer:
+            self._spill()
 
     def _written(self, batch: list[dict[str, Any]]) -> None:
         with self._idle:
@@ -521,6 +539,8 @@ class LogSink:
         """Write the buffer to a new file in the spill dir: one JSON record a line, fsynced, then renamed."""
         with self._idle:  # a thread still running (its stop timed out) takes and keeps batches under this lock
             records = self._pop_left(len(self._buffer))  # `add` appends meanwhile
+        if not records:
+            return  # another spill took them (`stop` and a batch given back after it, say)
         if self._spill_dir is None:
             log.error("request-log sink stopped with %d unwritten records and no spill dir: lost", len(records))
             return
@@ -543,7 +563,8 @@ class LogSink:
         except OSError as exc:
             log.error("request-log spill to %s failed (%s): %d records lost", final, exc, len(records))
             return
-        self.spilled += len(records)
+        with self._idle:  # `stop` (or a record added after it) and a thread it left running may spill at once
+            self.spilled += len(records)
         log.warning(
             "request-log sink stopped with %d records unwritten: spilled to %s, replayed at the next start",
             len(records),
@@ -552,6 +573,9 @@ class LogSink:
 
     def _replay(self) -> bool:
         """Write the spill files other processes left, deleting each once written; True when none is left.
+
+        An empty `.partial` file is left alone: a spill may have created it and not yet locked it (a crash there
+        leaves it empty, nothing lost).
 
         A crash halfway replays the whole file again at the next start: the stream then holds some records
         twice, which the ingest stores once (it skips a request_id already stored).
@@ -575,8 +599,11 @@ class LogSink:
                         continue  # renamed or replayed while we waited for it
                 except FileNotFoundError:
                     continue
+                content = f.read()
+                if not content and path.suffix == ".partial":
+                    continue  # a spill that has created it and not yet locked it, or a crash's empty leftover
                 records, broken = [], []
-                for number, line in enumerate(f.read().splitlines(), start=1):
+                for number, line in enumerate(content.splitlines(), start=1):
                     try:
                         record = orjson.loads(line)
                     except orjson.JSONDecodeError:

@@ -1,7 +1,8 @@
 """The request-log pipeline's limits: the stream cap counts what it trims, undecodable entries are
 dead-lettered, a sink that cannot write at shutdown spills to a file that the next start replays once, and so
-does one left running at the interpreter's exit, one given records after it stopped, and one whose event loop
-closed with a send under way."""
+does one left running at the interpreter's exit, one given records after it stopped, one whose event loop
+closed with a send under way, and one whose stop gave up waiting for its thread's write; a replay never deletes
+a spill another process is writing, and spills at the same time lose neither records nor their count."""
 
 import asyncio
 import concurrent.futures
@@ -9,6 +10,9 @@ import fcntl
 import logging
 import subprocess
 import sys
+import threading
+from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -21,7 +25,7 @@ from requestlogs.models import RequestLog
 from requestlogs.stream import BATCH_FIELD, StreamKeys
 from tests.faults import FaultProxy
 from tests.requestlogs.test_ingest import record
-from tests.servers import free_port, until
+from tests.servers import free_port, until, within
 
 pytestmark = [pytest.mark.redis, pytest.mark.django_db(transaction=True)]
 
@@ -253,6 +257,14 @@ if fork:
 """
 
 
+def _hand_the_thread(sink: LogSink, records: list[dict]) -> None:
+    """Give `records` to the sink's thread, which takes them as one batch and waits on the frozen Redis (2 s)."""
+    for r in records:
+        sink.add(r)
+    sink.flush(timeout=0)
+    until(lambda: sink._in_flight == len(records), 10, "the thread's write")
+
+
 def _spilled_ids(spill_dir: Path) -> list[str]:
     lines = [line for path in sorted(spill_dir.glob("*.jsonl")) for line in path.read_bytes().splitlines()]
     return [orjson.loads(line)["request_id"] for line in lines]
@@ -282,10 +294,7 @@ def test_at_exit_a_sink_whose_stop_timed_out_gets_a_last_join_and_spills_the_bat
         sink = LogSink(redis_url=proxy.url, stream_key=stream, flush_seconds=60, spill_dir=tmp_path)
         sink.start()
         proxy.freeze()
-        for r in records:
-            sink.add(r)
-        sink.flush(timeout=0)  # wakes the thread, which takes the batch and waits on the frozen Redis (2 s)
-        until(lambda: sink._in_flight == 3, 10, "the thread's write")
+        _hand_the_thread(sink, records)
         sink.stop(timeout=0.05)  # times out: the write is under way
         spilled_by_stop = _spilled_ids(tmp_path)
         sink._at_exit()  # what `_stop_at_exit` calls
@@ -316,38 +325,230 @@ def test_a_record_added_after_stop_is_spilled_at_once(redis_url, stream, tmp_pat
     assert sink.pending == 0
 
 
+def _close_a_loop_with_its_send_under_way(sink: LogSink, batch: list[dict]) -> None:
+    """Ship `batch` (a full one) from an event loop of its own, then close the loop with that send pending, waiting
+    on a frozen Redis (what `asyncio.run` leaves after cancelling the tasks it knew of). In a thread of its own, as
+    `run_async` does: the test thread may already run a loop."""
+    in_flight = sink._in_flight
+
+    async def fill() -> None:
+        for r in batch:
+            sink.add(r)  # the last starts the loop's send
+        for _ in range(1000):
+            if sink._in_flight > in_flight:  # the send has taken the batch
+                return
+            await asyncio.sleep(0)
+        raise AssertionError("the loop's send did not start")
+
+    def run_and_close() -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            sink.ship_from(loop)
+            loop.run_until_complete(fill())
+        finally:
+            loop.close()
+
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        pool.submit(run_and_close).result()
+
+
 def test_a_loop_closed_with_its_send_under_way_gives_the_batch_back_to_be_spilled(redis_url, stream, tmp_path):
     """The event loop's last send can be left pending when the loop closes: a request cancelled as the loop shuts
-    down fills a batch, and the send it starts is never cancelled. A loop of its own, closed with that send pending
-    (what `asyncio.run` leaves after cancelling the tasks it knew of), in a thread of its own as `run_async` does:
-    the test thread may already run a loop."""
+    down fills a batch, and the send it starts is never cancelled."""
     records = [record(i) for i in range(10)]
     with FaultProxy.for_redis(redis_url) as proxy:
         sink = LogSink(redis_url=proxy.url, stream_key=stream, flush_seconds=60, batch_size=10, spill_dir=tmp_path)
         sink.start()
         proxy.freeze()
-
-        async def fill() -> None:
-            for r in records:
-                sink.add(r)  # the tenth starts the loop's send, which waits on the frozen Redis
-            for _ in range(1000):
-                if sink._in_flight:  # the send has taken the batch
-                    return
-                await asyncio.sleep(0)
-            raise AssertionError("the loop's send did not start")
-
-        def run_and_close() -> None:
-            loop = asyncio.new_event_loop()
-            try:
-                sink.ship_from(loop)
-                loop.run_until_complete(fill())
-            finally:
-                loop.close()
-
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            pool.submit(run_and_close).result()
+        _close_a_loop_with_its_send_under_way(sink, records)
         proxy.down()  # the thread's last write fails at once
         sink.stop()
 
     assert _spilled_ids(tmp_path) == [r["request_id"] for r in records]
     assert sink.pending == 0
+
+
+def test_a_loop_batch_given_back_after_stop_gave_up_waiting_is_spilled_at_once(redis_url, stream, tmp_path):
+    """`stop` gives up waiting while the thread's own write is under way, and the event loop closed with its send
+    under way too: once its write fails, the thread gives the loop's batch back to the buffer, after `stop` has
+    spilled it and returned. Nothing else would write or spill that batch."""
+    own, loops = [record(i) for i in range(3)], [record(i) for i in range(3, 13)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, flush_seconds=60, batch_size=10, spill_dir=tmp_path)
+        sink.start()
+        proxy.freeze()
+        _hand_the_thread(sink, own)
+        _close_a_loop_with_its_send_under_way(sink, loops)
+        sink.stop(timeout=0.05)  # times out: the thread's write is under way
+        spilled_by_stop = _spilled_ids(tmp_path)
+        sink._thread.join(timeout=10)
+        assert not sink._thread.is_alive()
+
+    assert spilled_by_stop == []
+    assert sorted(_spilled_ids(tmp_path)) == sorted(r["request_id"] for r in own + loops)
+    assert sink.pending == 0
+
+
+def test_a_batch_whose_write_fails_after_stop_gave_up_waiting_is_spilled_at_once(redis_url, stream, tmp_path):
+    """The lifespan's `stop` gives up waiting while the thread's write is under way (a hung Redis), then that write
+    fails and its batch goes back to the buffer, after `stop` spilled it and returned. The batch is spilled at once:
+    a SIGTERM's exit runs no `atexit` (uvicorn raises the signal again once it has shut down)."""
+    records = [record(i) for i in range(3)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, flush_seconds=60, spill_dir=tmp_path)
+        sink.start()
+        proxy.freeze()
+        _hand_the_thread(sink, records)
+        sink.stop(timeout=0.05)  # times out: the write is under way
+        spilled_by_stop = _spilled_ids(tmp_path)
+        sink._thread.join(timeout=10)  # the write fails at its timeout, and the thread ends
+        assert not sink._thread.is_alive()
+
+    assert spilled_by_stop == []
+    assert _spilled_ids(tmp_path) == [r["request_id"] for r in records]
+    assert (sink.spilled, sink.pending) == (3, 0)
+
+
+# A process of its own, exiting with the sink never stopped while its thread's write is under way: the exit's stop
+# gives up waiting for it (EXIT_STOP_SECONDS, shortened here), and the write fails a moment later. argv: the spill
+# dir. The write is a stand-in, failing 0.2 s after the stop gave up.
+_WRITING_AT_EXIT = """
+import sys
+import time
+import gateway.logsink as logsink
+from tests.servers import until
+
+logsink.EXIT_STOP_SECONDS = 0.5
+sink = logsink.LogSink(redis_url="redis://127.0.0.1:1/0", flush_seconds=60, spill_dir=sys.argv[1])
+
+def write_failing_after_stop(batch):
+    until(lambda: sink._stopped, 10, "the exit's stop to give up waiting")
+    time.sleep(0.2)  # a slow failure (fault injection)
+    raise ConnectionError("Redis went away")
+
+sink._write_redis = write_failing_after_stop
+sink.start()
+for i in range(3):
+    sink.add({"request_id": f"kept-{i}"})
+sink.flush(timeout=0)
+until(lambda: sink._in_flight == 3, 10, "the write")
+"""
+
+
+def test_at_exit_a_sink_nobody_stopped_gets_a_last_join_too_and_spills_the_batch_its_write_gave_back(tmp_path):
+    """The exit's own stop of a sink nobody stopped can time out during a write, like the lifespan's: the thread
+    gets a last chance to finish there too, before the process ends and the thread with it."""
+    done = subprocess.run(
+        [sys.executable, "-c", _WRITING_AT_EXIT, str(tmp_path)],
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert "not stopped before exit" in done.stderr
+    assert _spilled_ids(tmp_path) == ["kept-0", "kept-1", "kept-2"]
+
+
+class _MeasuredThen(deque):
+    """A buffer whose len() runs `between` once, after measuring: another thread taking the GIL right after `add`
+    measured the buffer, before it drops the oldest record."""
+
+    between: Callable[[], None] | None = None
+
+    def __len__(self) -> int:
+        n = deque.__len__(self)
+        between, self.between = self.between, None
+        if between is not None:
+            between()
+        return n
+
+
+def test_a_record_added_to_a_full_buffer_while_stop_spills_it_neither_raises_nor_counts_a_drop(tmp_path):
+    """A full buffer (Redis down), a record added on the event loop while `stop` spills the buffer in another
+    thread: the spill can empty it between `add`'s check that it is full and its drop of the oldest record."""
+    records = [record(i) for i in range(6)]
+    sink = LogSink(redis_url=f"redis://127.0.0.1:{free_port()}/0", max_buffer=5, spill_dir=tmp_path)
+    for r in records[:5]:
+        sink.add(r)
+    buffer = sink._buffer = _MeasuredThen(sink._buffer)
+    buffer.between = sink.stop  # spills the five, and the sixth just appended
+
+    sink.add(records[5])  # the request path never raises
+
+    assert sink.dropped == 0
+    assert _spilled_ids(tmp_path) == [r["request_id"] for r in records]
+    assert (sink.spilled, sink.pending) == (6, 0)
+
+
+def test_a_replay_that_finds_a_spill_created_and_not_yet_locked_leaves_it_to_its_writer(
+    redis_url, stream, tmp_path, monkeypatch
+):
+    """Workers share the spill dir: one stopping spills while one starting replays. The spill creates its
+    `.partial` file, then locks it; a replay in between finds it empty and unlocked. It must not delete it: the
+    spill would then write into a deleted file, and its rename fail."""
+    records = [record(i) for i in range(3)]
+    stopping = LogSink(redis_url=redis_url, stream_key=stream, spill_dir=tmp_path)
+    for r in records:
+        stopping.add(r)
+    starting = LogSink(redis_url=redis_url, stream_key=stream, spill_dir=tmp_path)
+    real_flock = fcntl.flock
+    replays: list[tuple[bool, list[str]]] = []
+
+    def flock(f, op):
+        if op == fcntl.LOCK_EX and not replays:  # the spill's blocking lock (a replay's does not block)
+            finished = starting._replay()  # the other worker's replay runs at this instant
+            replays.append((finished, sorted(path.suffix for path in tmp_path.iterdir())))
+        return real_flock(f, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+    stopping._spill()
+    monkeypatch.undo()
+
+    assert replays == [(True, [".partial"])]
+    assert _spilled_ids(tmp_path) == [r["request_id"] for r in records]
+    assert (stopping.spilled, starting.replayed) == (3, 0)
+    assert redis.Redis.from_url(redis_url).xlen(stream) == 0
+
+
+class _CountRace(LogSink):
+    """`spilled` behind a property whose first read runs `between` once: another thread taking the GIL in the middle
+    of `_spill`'s `spilled += n`, after it read the count and before it stores the sum."""
+
+    between: Callable[[], None] | None = None
+
+    @property
+    def spilled(self) -> int:
+        n = self._spilled
+        between, self.between = self.between, None
+        if between is not None:
+            between()
+        return n
+
+    @spilled.setter
+    def spilled(self, value: int) -> None:
+        self._spilled = value
+
+
+def test_two_spills_at_once_count_every_record_spilled(tmp_path):
+    """`stop` and a thread it left running (or a record added after it) can spill at the same time."""
+    records = [record(i) for i in range(3)]
+    sink = _CountRace(spill_dir=tmp_path)
+    sink.add(records[0])
+    others: list[threading.Thread] = []
+
+    def another_spill() -> None:
+        sink.add(records[1])
+        sink.add(records[2])
+        other = threading.Thread(target=sink._spill)
+        other.start()
+        others.append(other)
+        within(lambda: not other.is_alive(), 0.5)  # it waits for this spill's count, if that is kept under a lock
+
+    sink.between = another_spill
+    sink._spill()
+    others[0].join(timeout=10)
+
+    assert sorted(_spilled_ids(tmp_path)) == sorted(r["request_id"] for r in records)
+    assert sink.spilled == 3
