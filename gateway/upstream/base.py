@@ -11,8 +11,9 @@ from gateway.upstream.transport import FastTransport, RequestBody
 
 
 class UpstreamError(Exception):
-    """A call that produced no usable response. `kind` is "timeout", "connection_error" or
-    "credential_unavailable" (the provider's stored API key cannot be decrypted; nothing was sent)."""
+    """A call that produced no usable response. `kind` is "timeout", "connection_error",
+    "credential_unavailable" (the provider's stored API key cannot be decrypted; nothing was sent) or
+    "pool_full" (every connection the gateway allows to that upstream is busy; nothing was sent)."""
 
     def __init__(self, kind: str, message: str, *, connect_timeout: bool = False) -> None:
         super().__init__(message)

@@ -69,6 +69,11 @@ class HttpAdapter(Adapter):
                 connect_timeout=self.provider.connect_timeout if connect_timeout is None else connect_timeout,
                 read_timeout=self.provider.read_timeout,
             )
+        except httpx.PoolTimeout:
+            # The gateway's own per-origin connection cap, not the provider: a kind of its own, which the
+            # breaker does not count as the provider's failure.
+            cap = self.transport.max_connections_per_origin
+            raise UpstreamError("pool_full", f"All {cap} connections to {name} are in use; retry shortly.")
         except httpx.ConnectTimeout:
             raise UpstreamError("timeout", f"Could not connect to {name} in time.", connect_timeout=True)
         except httpx.TimeoutException as exc:

@@ -30,6 +30,11 @@ DEFAULT_KEEPALIVE_EXPIRY = 4.0
 # (the server had closed it while idle): the body is kept this long, then dropped.
 RETRY_WINDOW = 0.05
 _HOP_BY_HOP = {b"host", b"connection", b"keep-alive", b"transfer-encoding", b"accept-encoding", b"content-length"}
+MAX_HEADERS = 200
+
+
+class _StopParsing(Exception):
+    """Raised from a parser callback to end `feed_data` at once (httptools wraps it in HttpParserCallbackError)."""
 
 
 class _Connection(asyncio.Protocol):
@@ -75,16 +80,29 @@ class _Connection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
-            self.error = httpx.RemoteProtocolError(f"Malformed response from upstream: {exc}")
+            if self.complete:
+                # Bytes after the final response in the same read (on_message_begin stopped the parser, or
+                # they were not HTTP): the response stays as it was; the connection is retired.
+                self.keep_alive = False
+            elif self.error is None:
+                self.error = httpx.RemoteProtocolError(f"Malformed response from upstream: {exc}")
             self.close()
         self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        by_peer = not self.closed  # close() marks a close this side initiated (an error, an abandoned body)
         self.closed = True
         if self.on_close is not None:
             self.on_close(self)
-        if self.headers_done and not self.complete and not self.delimited and exc is None:
-            self.complete = True  # a body delimited by the connection closing (a clean FIN, not a reset)
+        if (
+            by_peer
+            and exc is None
+            and self.error is None
+            and self.headers_done
+            and not self.complete
+            and not self.delimited
+        ):
+            self.complete = True  # a body delimited by the connection closing (the peer's clean FIN, not a reset)
         elif not self.complete and self.error is None:
             self.error = httpx.RemoteProtocolError("Server disconnected without sending a complete response.")
         self._wake()
@@ -97,11 +115,15 @@ class _Connection(asyncio.Protocol):
         self._wake()
 
     # -- httptools callbacks ----------------------------------------------------------------
+    def on_message_begin(self) -> None:
+        if self.complete:
+            # A second message after the final response, in the same read: stop before it touches the first.
+            raise _StopParsing
+
     def on_header(self, name: bytes, value: bytes) -> None:
-        if len(self.headers) >= 200:
+        if len(self.headers) >= MAX_HEADERS:
             self.error = httpx.RemoteProtocolError("Upstream sent too many headers.")
-            self.close()
-            return
+            raise _StopParsing  # data_received closes the connection; nothing after this is parsed
         lower = name.lower()
         if lower == b"content-length" or (lower == b"transfer-encoding" and b"chunked" in value.lower()):
             self.delimited = True
@@ -212,7 +234,8 @@ class RequestBody:
 
 
 class _Body(httpx.AsyncByteStream):
-    """The response body as it arrives; returns the connection to the pool when read to the end.
+    """The response body as it arrives; returns the connection to the pool when read to the end, or when
+    closed once the whole response has arrived and been taken.
 
     Iterating raises httpx.ReadTimeout / httpx.RemoteProtocolError on failures.
     """
@@ -234,16 +257,20 @@ class _Body(httpx.AsyncByteStream):
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
-        while True:
-            while conn.chunks:
+        # Stops once released: after aclose() the connection may be pooled and carry another request.
+        while not self._released:
+            if conn.chunks:
                 yield conn.take_chunk()
+                continue
+            if conn.error is not None:  # before `complete`: a parser error is never a clean end
+                self._release()
+                raise conn.error
             if conn.complete:
                 self._release()
                 return
-            if conn.error is not None or conn.closed:
-                error = conn.error or httpx.RemoteProtocolError("Upstream closed the connection mid-body.")
+            if conn.closed:
                 self._release()
-                raise error
+                raise httpx.RemoteProtocolError("Upstream closed the connection mid-body.")
             await conn.wait(self._read_timeout)
 
     async def aread(self, limit: int = 64 * 1024 * 1024) -> bytes:
@@ -274,11 +301,17 @@ class _Body(httpx.AsyncByteStream):
             conn.close()
 
     async def aclose(self) -> None:
-        if not self._released:
-            # Not read to the end: the connection's state is unknown, so it cannot be reused.
-            self._released = True
-            self._conn.close()
-            self._done()
+        if self._released:
+            return
+        if self._conn.complete and not self._conn.chunks:
+            # The whole response arrived and was taken (e.g. a stream ended at its last event, before the
+            # chunked terminator was iterated): _release() pools it if it is clean and keep-alive.
+            self._release()
+            return
+        # Not read to the end: the connection's state is unknown, so it cannot be reused.
+        self._released = True
+        self._conn.close()
+        self._done()
 
 
 class RawResponse:
@@ -316,6 +349,10 @@ class FastTransport(httpx.AsyncBaseTransport):
         self._max_idle = max_idle_per_origin
         self._ssl = ssl_context
         self._all: set[_Connection] = set()
+
+    @property
+    def max_connections_per_origin(self) -> int:
+        return self._max_connections
 
     def _ssl_context(self) -> ssl.SSLContext:
         if self._ssl is None:

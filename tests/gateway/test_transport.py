@@ -1,4 +1,5 @@
-"""The gateway's HTTP/1.1 transport over real sockets: reuse, framing, failures, httpx compatibility."""
+"""The gateway's HTTP/1.1 transport over real sockets: reuse, framing, failures, httpx compatibility, and
+the kinds the adapters turn its failures into."""
 
 import asyncio
 import contextlib
@@ -7,6 +8,10 @@ import httpx
 import pytest
 
 from gateway.simulator import Simulator
+from gateway.snapshot import ProviderInfo
+from gateway.upstream.anthropic import AnthropicAdapter
+from gateway.upstream.base import UpstreamError
+from gateway.upstream.openai import OpenAIAdapter
 from gateway.upstream.transport import FastTransport, origin_of
 from tests.servers import run_async, serve
 
@@ -273,3 +278,167 @@ def test_a_body_that_stalls_is_a_read_timeout_and_the_connection_is_dropped():
             return transport._take_idle(origin)
 
     assert run_async(run()) is None
+
+
+def test_a_second_response_in_the_same_read_leaves_the_first_intact_and_retires_the_connection():
+    """A well-formed response that arrives in the same read as the complete one before it is never parsed into
+    it (status, headers and body stay the first response's), and the connection is never pooled."""
+
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 4\r\n\r\nbusy"
+            b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nX-Second: yes\r\n\r\nstale"
+        )
+        await writer.drain()
+        await reader.read()  # keep the connection open until the client closes it
+
+    async def run():
+        async with raw_server(handler) as (port, _):
+            transport = FastTransport()
+            origin, payload = request(port)
+            response = await transport.send_raw(origin, payload, connect_timeout=2, read_timeout=2)
+            body = await response.body.aread()
+            return response.status, response.headers, body, transport._take_idle(origin)
+
+    status, headers, body, idle = run_async(run())
+
+    assert (status, body) == (503, b"busy")
+    assert headers == [(b"Content-Length", b"4")]
+    assert idle is None
+
+
+def test_too_many_headers_fail_the_call_even_when_the_body_ends_at_the_close():
+    """Past the header limit the response is an error, also for a body delimited by the connection closing:
+    the close this side makes on that error is not the end of the body, so no truncated 200 comes back.
+    The adapter reports it as a connection error."""
+
+    async def handler(reader, writer):
+        await read_request(reader)
+        head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-H%d: v\r\n" % i for i in range(250)) + b"\r\n"
+        writer.write(head + b'{"partial":')
+        await writer.drain()
+        await reader.read()
+
+    async def run():
+        async with raw_server(handler) as (port, _):
+            transport = FastTransport()
+            origin, payload = request(port)
+            with pytest.raises(httpx.RemoteProtocolError, match="too many headers"):
+                response = await transport.send_raw(origin, payload, connect_timeout=2, read_timeout=2)
+                await response.body.aread()
+            provider = ProviderInfo(name="p", protocol="openai", base_url=f"http://127.0.0.1:{port}/v1", api_key="k")
+            with pytest.raises(UpstreamError) as caught:
+                await OpenAIAdapter(provider, transport).chat(BODY, stream=False)
+            return caught.value.kind
+
+    assert run_async(run()) == "connection_error"
+
+
+def test_a_body_closed_once_complete_returns_its_connection_to_the_pool():
+    """aclose() after the last data chunk, before iterating to the chunked terminator, pools the connection
+    when the whole response has arrived; a body closed with bytes left unread, or before its end, is not pooled."""
+    answers = [
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nsec\r\n",  # its terminator never comes
+    ]
+
+    async def handler(reader, writer):
+        for answer in answers:
+            await read_request(reader)
+            writer.write(answer)
+            await writer.drain()
+        await reader.read()
+
+    async def first_chunk_then_close(transport, origin, payload):
+        response = await transport.send_raw(origin, payload, connect_timeout=2, read_timeout=2)
+        chunk = await response.body.__aiter__().__anext__()
+        await response.body.aclose()
+        return chunk
+
+    async def run():
+        async with raw_server(handler) as (port, connections):
+            transport = FastTransport()
+            origin, payload = request(port)
+            seen = [await first_chunk_then_close(transport, origin, payload)]
+            pooled_after_complete = transport._idle.get(origin, []).copy()
+            seen.append(await first_chunk_then_close(transport, origin, payload))
+            pooled_after_incomplete = transport._take_idle(origin)
+            return seen, len(pooled_after_complete), pooled_after_incomplete, len(connections)
+
+    seen, pooled_after_complete, pooled_after_incomplete, connections = run_async(run())
+
+    assert seen == [b"first", b"sec"]
+    assert (pooled_after_complete, pooled_after_incomplete, connections) == (1, None, 1)
+
+
+ANTHROPIC_EVENTS = (
+    b'event: message_start\ndata: {"type":"message_start","message":{"id":"m","model":"c",'
+    b'"usage":{"input_tokens":3,"output_tokens":0}}}\n\n'
+    b'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+    b'"content_block":{"type":"text","text":""}}\n\n'
+    b'event: content_block_delta\ndata: {"type":"content_block_delta","index":0,'
+    b'"delta":{"type":"text_delta","text":"hi"}}\n\n'
+    b'event: content_block_stop\ndata: {"type":"content_block_stop","index":0}\n\n'
+    b'event: message_delta\ndata: {"type":"message_delta","delta":{"stop_reason":"end_turn"},'
+    b'"usage":{"output_tokens":1}}\n\n'
+    b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+)
+
+
+def test_a_streamed_anthropic_answer_read_to_message_stop_reuses_its_connection():
+    """The Anthropic stream ends at message_stop, before the body iterator reaches the chunked terminator;
+    the complete response's connection still goes back to the pool for the next call."""
+
+    async def handler(reader, writer):
+        for _ in range(3):
+            await read_request(reader)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+                + b"%x\r\n" % len(ANTHROPIC_EVENTS)
+                + ANTHROPIC_EVENTS
+                + b"\r\n0\r\n\r\n"
+            )
+            await writer.drain()
+        await reader.read()
+
+    async def run():
+        async with raw_server(handler) as (port, connections):
+            provider = ProviderInfo(name="a", protocol="anthropic", base_url=f"http://127.0.0.1:{port}", api_key="k")
+            adapter = AnthropicAdapter(provider, FastTransport())
+            body = b'{"model":"c","stream":true,"messages":[{"role":"user","content":"hi"}]}'
+            ends = []
+            for _ in range(3):
+                response = await adapter.chat(body, stream=True)
+                ends.append(b"".join([chunk async for chunk in response.stream]).endswith(b"data: [DONE]\n\n"))
+            return ends, len(connections)
+
+    assert run_async(run()) == ([True, True, True], 1)
+
+
+def test_waiting_for_a_busy_connection_cap_is_pool_full_not_a_provider_timeout():
+    """Every connection the gateway allows to an upstream being in use is the gateway's own limit: the adapter
+    raises kind "pool_full" naming the cap, not "timeout" (which the breaker counts against the provider)."""
+
+    async def handler(reader, writer):
+        await read_request(reader)
+        await reader.read()
+
+    async def run():
+        async with raw_server(handler) as (port, _):
+            provider = ProviderInfo(
+                name="p", protocol="openai", base_url=f"http://127.0.0.1:{port}/v1", api_key="k", connect_timeout=0.2
+            )
+            adapter = OpenAIAdapter(provider, FastTransport(max_connections_per_origin=1))
+            busy = asyncio.ensure_future(adapter.chat(BODY, stream=False))
+            await asyncio.sleep(0)  # one turn of the loop: the first call takes the only slot
+            try:
+                with pytest.raises(UpstreamError) as caught:
+                    await adapter.chat(BODY, stream=False)
+            finally:
+                busy.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await busy
+            return caught.value.kind, caught.value.message, caught.value.connect_timeout
+
+    assert run_async(run()) == ("pool_full", "All 1 connections to p are in use; retry shortly.", False)
