@@ -43,7 +43,7 @@ from gateway.resilience import (
 )
 from gateway.snapshot import ProviderInfo, Route, Snapshot, Target
 from gateway.translate import TranslationError
-from gateway.upstream.anthropic import AnthropicAdapter
+from gateway.upstream.anthropic import MAX_EVENT_BYTES, AnthropicAdapter
 from gateway.upstream.base import Adapter, UpstreamError, UpstreamResponse
 from gateway.upstream.openai import AzureAdapter, OpenAIAdapter
 from gateway.upstream.transport import RequestBody
@@ -57,7 +57,12 @@ _DONE = b"data: [DONE]"
 _CLOSE = b"data: [DONE]\n\n"
 # A finish reason in a chunk of a passed-through stream (the default path does not parse its events).
 _FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
+# The longest unfinished line the default path carries to the next chunk to read it whole; a longer one passes
+# through unread (no event this gateway reads from a stream is near it).
+_CARRY_MAX = 64 * 1024
 _ONE_ATTEMPT = (b"x-vidai-attempts", b"1")
+# The client's status for a call that got no response, by the transport's kind (else 502).
+_STATUS_OF_KIND = {"timeout": 504, "pool_full": 503}
 _NOT_RETRYABLE_STATUS = 400  # what the breaker is told of an error event it must not count
 
 
@@ -109,6 +114,25 @@ class _Progress:
     malformed: int = 0  # `data:` lines that were not JSON objects, dropped
     held: list[bytes] = field(default_factory=list)  # events before the first token, sent with it
     error: dict[str, Any] | None = None  # the error event that ended the stream
+    sending: bool = False  # waiting for the client to take what was relayed
+
+
+@dataclass(slots=True)
+class _Seen:
+    """What the default path reads from the stream it passes through unchanged."""
+
+    finished: bool = False  # a finish reason went by
+    error_event: dict[str, Any] | None = None  # the upstream's own error event, relayed as it came
+
+    def scan(self, call: Exchange, lines: bytes) -> None:
+        """Read usage, a finish reason and an error event from whole `lines` (a line a chunk cut is read
+        once the rest of it has come)."""
+        if b'"usage"' in lines:
+            _usage_from_sse(call, lines)
+        if not self.finished and b"finish_reason" in lines:
+            self.finished = _FINISHED.search(lines) is not None
+        if b'"error"' in lines:
+            self.error_event = _error_event(lines) or self.error_event
 
 
 @dataclass(slots=True)
@@ -284,7 +308,7 @@ class AttemptLoop:
             kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
             message = exc.message if isinstance(exc, UpstreamError) else "The upstream exceeded the deadline."
             attempt["error"], attempt["duration_ms"] = kind, ms(t0)
-            status = 504 if kind == "timeout" else 502
+            status = _STATUS_OF_KIND.get(kind, 502)
             call.status, call.error_kind = status, kind
             report(_outcome_of(kind))
             self._log(call)
@@ -322,10 +346,12 @@ class AttemptLoop:
         """Pass SSE chunks through as they arrive; committed after the first one."""
         assert response.stream is not None
         started = False
-        finished = False
-        error_event: dict[str, Any] | None = None  # the upstream's own error event, relayed as it came
+        seen = _Seen()
         tail = b""
-        pending = b""  # an incomplete SSE line that may carry usage
+        # The start of a line the last chunk cut (at most 64 KiB), read with the rest of it: an upstream's
+        # chunks need not end where its lines do.
+        pending = b""
+        sending = False  # the deadline passing while the client reads is not the provider's fault
         try:
             async with asyncio.timeout_at(deadline):
                 async for chunk in response.stream:
@@ -336,19 +362,29 @@ class AttemptLoop:
                         call.status = 200
                         call.ttfb = (time.perf_counter() - call.started) * 1000
                         started = True
-                    if pending or b'"usage"' in chunk:
-                        pending = _usage_from_sse(call, pending + chunk)
-                    if not finished and b"finish_reason" in chunk:
-                        finished = _FINISHED.search(tail + chunk) is not None
-                    if b'"error"' in chunk:
-                        error_event = _error_event(chunk) or error_event
+                    lines = pending + chunk if pending else chunk
+                    if chunk.endswith(b"\n"):
+                        pending = b""
+                    else:
+                        cut = lines.rfind(b"\n") + 1
+                        lines, pending = lines[:cut], lines[cut:]
+                        if len(pending) > _CARRY_MAX:
+                            pending = b""  # longer than any event this gateway reads: passed through unread
+                    seen.scan(call, lines)
                     tail = (tail + chunk)[-64:]
+                    sending = True
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                    sending = False
+            if pending:
+                seen.scan(call, pending)  # a last line the upstream did not end
         except (UpstreamError, TimeoutError) as exc:
             kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
             message = exc.message if isinstance(exc, UpstreamError) else "the upstream exceeded the deadline"
             attempt["error"], attempt["duration_ms"] = kind, ms(t0)
-            report(Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
+            if sending:
+                report(Outcome.cancelled())  # the client, not the provider, held the stream past its deadline
+            else:
+                report(Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
             if not started:
                 # Nothing was committed yet: answer with a plain error status.
                 status = 504 if kind == "timeout" else 502
@@ -362,17 +398,28 @@ class AttemptLoop:
             attempt["error"], attempt["duration_ms"] = "cancelled", ms(t0)
             raise
         attempt["duration_ms"] = ms(t0)
-        complete = _DONE in tail or finished
-        if not complete and started and error_event is not None:
+        if not started:
+            # A 200 whose stream ended before any event: no answer at all, and nothing committed yet.
+            attempt["error"] = "stream_incomplete"
+            report(Outcome.connection_error())
+            call.status, call.error_kind = 502, "stream_incomplete"
+            self._log(call)
+            message = "The upstream ended the stream without sending an answer."
+            await respond(
+                send, 502, openai_error(message, kind="upstream_error", code="stream_incomplete"), extra=headers
+            )
+            return
+        complete = _DONE in tail or seen.finished
+        if not complete and seen.error_event is not None:
             # The upstream ended its stream with an error event, which the client already has: nothing to add.
             # A class that is never retried (a content filter) does not count against the provider.
             attempt["error"] = "error_event"
-            report(_outcome_of("error_event", classify(None, None, error_event)))
+            report(_outcome_of("error_event", classify(None, None, seen.error_event)))
             call.error_kind = "error_event"
             self._log(call)
             await send({"type": "http.response.body", "body": b"", "more_body": False})
             return
-        if not complete and started:
+        if not complete:
             # Ended cleanly but without a finish reason or [DONE]: a truncated answer, never made to look whole.
             attempt["error"] = "stream_incomplete"
             report(Outcome.connection_error())
@@ -381,9 +428,6 @@ class AttemptLoop:
             )
             return
         report(Outcome.of_status(200))
-        if not started:
-            await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]})
-            call.status = 200
         self._log(call)
         # An upstream whose answer finished but that did not send [DONE] is finished cleanly for the client.
         if _DONE in tail:
@@ -590,7 +634,9 @@ class AttemptLoop:
                 kind, message = "idle_timeout", f"{target.provider} sent nothing for {idle:g} s."
             else:
                 kind, message = "first_token_timeout", f"{target.provider} sent no token within {first_token:g} s."
-            return self._failed(record, report, target, at, kind, message, headers, t0, stream, progress)
+            # A deadline that passed while the client was reading is not the provider's: not counted.
+            blame = Outcome.cancelled() if progress.sending else None
+            return self._failed(record, report, target, at, kind, message, headers, t0, stream, progress, blame=blame)
         finally:
             if response is not None and response.stream is not None:
                 await _close(response.stream)
@@ -636,13 +682,15 @@ class AttemptLoop:
         progress: _Progress,
         *,
         body: Any = None,
+        blame: Outcome | None = None,
     ) -> _Failure:
-        """A failure without a usable response: a transport error, a timeout, an error event, a cut."""
+        """A failure without a usable response: a transport error, a timeout, an error event, a cut. `blame`:
+        the breaker's outcome when it is not the kind's own."""
         record["error"], record["duration_ms"] = kind, ms(t0)
         if progress.malformed:
             record["malformed_events"] = progress.malformed
         failure = classify(None, kind, body)
-        report(_outcome_of(kind, failure))
+        report(blame or _outcome_of(kind, failure))
         delivered = stream is not None and stream.committed
         return _Failure(Attempt(target, failure, at, delivered=delivered), kind, message, headers=headers)
 
@@ -701,10 +749,27 @@ class AttemptLoop:
         the first answer on, the first-token timer becomes the idle timer."""
         continuation = stream.committed
         loop = asyncio.get_running_loop()
-        rest = b""
+        # A line longer than one chunk, piece by piece: joined once its end comes, never copied per chunk.
+        pieces: list[bytes] = []
+        size = 0
         async for chunk in chunks:
-            lines = (rest + chunk).split(b"\n")
+            if b"\n" not in chunk:
+                size += len(chunk)
+                if size > MAX_EVENT_BYTES:
+                    raise UpstreamError("connection_error", "The upstream sent an event larger than 1 MiB.")
+                pieces.append(chunk)
+                continue
+            if pieces:
+                pieces.append(chunk)
+                chunk = b"".join(pieces)
+                pieces.clear()
+            lines = chunk.split(b"\n")
             rest = lines.pop()
+            size = len(rest)
+            if rest:
+                if size > MAX_EVENT_BYTES:
+                    raise UpstreamError("connection_error", "The upstream sent an event larger than 1 MiB.")
+                pieces.append(rest)
             out: list[bytes] = []
             for raw_line in lines:
                 line = raw_line.rstrip(b"\r")
@@ -736,9 +801,13 @@ class AttemptLoop:
                 progress.held.clear()
                 out.append(encoded)
             if out:
+                # The client's pace is not the provider's: no idle time runs while the client reads.
+                timer.reschedule(None)
+                progress.sending = True
                 if not stream.committed:
                     await self._commit(call, send, headers, stream)
                 await send({"type": "http.response.body", "body": b"".join(out), "more_body": True})
+                progress.sending = False
             if progress.error is not None:
                 return
             if progress.content:
@@ -800,7 +869,7 @@ class AttemptLoop:
             await respond(send, response.status, response.body, headers=response.headers, extra=extra)
             return
         timeout = chosen.attempt.failure is FailureClass.TIMEOUT
-        status = 504 if timeout else 502
+        status = 504 if timeout else _STATUS_OF_KIND.get(chosen.kind, 502)
         call.status, call.error_kind = status, chosen.kind
         self._log(call)
         body = openai_error(chosen.message, kind="upstream_error", code=chosen.kind)
@@ -1020,20 +1089,16 @@ def _usage_from_body(call: Exchange, body: bytes) -> None:
         _take_usage(call, data.get("usage"))
 
 
-def _usage_from_sse(call: Exchange, data: bytes) -> bytes:
-    """Read usage from complete `data:` lines; return an incomplete last line to carry over."""
-    lines = data.split(b"\n")
-    rest = lines.pop()
-    for line in lines:
-        if line.startswith(b"data: {") and b'"usage"' in line:
+def _usage_from_sse(call: Exchange, lines: bytes) -> None:
+    """Read usage from the `data:` lines among whole `lines`."""
+    for line in lines.split(b"\n"):
+        if line.startswith(b"data:") and b'"usage"' in line:
             try:
-                event = orjson.loads(line[6:])
+                event = orjson.loads(line[5:])
             except orjson.JSONDecodeError:
                 continue
             if isinstance(event, dict):
                 _take_usage(call, event.get("usage"))
-    # Only a line that may still turn out to carry usage is kept, and never more than 64 KiB.
-    return rest if rest.startswith(b"data: {") and len(rest) < 65536 else b""
 
 
 def _take_usage(call: Exchange, usage: Any) -> None:
@@ -1055,12 +1120,14 @@ def _outcome_of(kind: str, failure: FailureClass | None = None) -> Outcome:
     """The breaker outcome of a call that produced no usable response, by its kind (and, for an error event,
     its class). A class that is never retried (a content filter in an error event) is the client's request,
     not the provider failing: reported as 400, which the breaker does not count. `credential_unavailable`
-    (nothing was sent: the stored key cannot be decrypted) is a configuration fault: reported as cancelled,
-    which the breaker ignores and which still frees a probe slot."""
+    (nothing was sent: the stored key cannot be decrypted) is a configuration fault, and `pool_full` (every
+    connection this process may open to the provider is busy; nothing was sent) is this gateway's own limit:
+    both reported as cancelled, which the breaker ignores and which still frees a probe slot. A provider that
+    hangs still opens its circuit through the calls that hold those connections, which time out."""
     if failure is not None and failure in NOT_RETRYABLE:
         return Outcome.of_status(_NOT_RETRYABLE_STATUS)
     if kind in TIMEOUT_KINDS:
         return Outcome.timeout()
-    if kind == "credential_unavailable":
+    if kind in ("credential_unavailable", "pool_full"):
         return Outcome.cancelled()
     return Outcome.connection_error()

@@ -111,6 +111,8 @@ def classify(status: int | None, error_kind: str | None, body: bytes | dict[str,
             return _TYPE_CLASSES[code]
     if error_kind is not None and error_kind in TIMEOUT_KINDS:
         return FailureClass.TIMEOUT
+    if error_kind == "pool_full":
+        return FailureClass.OVERLOADED  # this gateway's connections to it are all busy: wait, then move on
     if body is not None and error_kind is None:
         return FailureClass.SERVER_ERROR  # an error event of no known type
     return FailureClass.CONNECTION
