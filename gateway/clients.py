@@ -9,6 +9,7 @@ the client in the Anthropic shape. A stream is translated chunk by chunk as it i
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import orjson
@@ -21,6 +22,9 @@ from gateway.translate import (
     openai_to_anthropic_response,
 )
 from gateway.translate.errors import anthropic_error_body, openai_stream_error
+from gateway.upstream.anthropic import MAX_EVENT_BYTES
+
+log = logging.getLogger(__name__)
 
 ANTHROPIC_JSON = [(b"content-type", b"application/json")]
 
@@ -76,6 +80,13 @@ class AnthropicClientSend:
         data = self._pending + body
         lines = data.split(b"\n")
         self._pending = b"" if final else lines.pop()
+        if len(self._pending) > MAX_EVENT_BYTES:
+            # An unfinished line past any event's size: dropped whole, or it would grow (and be copied) with
+            # every chunk. Its rest, when it ends, is not a `data:` line and is skipped below.
+            log.warning(
+                "gateway: an upstream stream line over %d bytes was dropped for an Anthropic client", MAX_EVENT_BYTES
+            )
+            self._pending = b""
         out: list[bytes] = []
         for raw in lines:
             line = raw.rstrip(b"\r")

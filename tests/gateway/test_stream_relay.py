@@ -286,3 +286,35 @@ def test_a_full_connection_pool_is_this_gateways_limit_not_the_providers():
     assert classify(None, "pool_full", None) is FailureClass.OVERLOADED  # waited for, then moved on
     assert _STATUS_OF_KIND["pool_full"] == 503
     assert _outcome_of("timeout") == Outcome.timeout()
+
+
+# -- an Anthropic client's stream, translated from the relayed OpenAI events -----------------------------------
+
+
+def test_a_line_over_the_event_limit_is_dropped_for_an_anthropic_client_and_the_stream_goes_on():
+    from gateway.clients import AnthropicClientSend
+
+    async def run() -> tuple[bytes, list[int]]:
+        out: list[bytes] = []
+        held: list[int] = []
+
+        async def send(message: dict[str, Any]) -> None:
+            out.append(message.get("body", b""))
+
+        client = AnthropicClientSend(send, model="claude")
+        await client(
+            {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
+        )
+        giant = [b'data: {"choices":[{"delta":{"content":"'] + [b"x" * (256 * 1024)] * 6
+        for piece in [CONTENT, *giant, b'"}}]}\n\n', CONTENT, STOP]:
+            await client({"type": "http.response.body", "body": piece, "more_body": True})
+            held.append(len(client._pending))
+        await client({"type": "http.response.body", "body": DONE, "more_body": False})
+        return b"".join(out), held
+
+    body, held = run_async(run())
+
+    assert max(held) <= MAX_EVENT_BYTES  # never more than one event's worth held
+    assert body.count(b"event: content_block_delta") == 2  # the two events around the dropped line
+    assert b"x" * 1024 not in body
+    assert body.endswith(b'event: message_stop\ndata: {"type":"message_stop"}\n\n')
