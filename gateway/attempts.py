@@ -387,7 +387,7 @@ class AttemptLoop:
                 report(Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
             if not started:
                 # Nothing was committed yet: answer with a plain error status.
-                status = 504 if kind == "timeout" else 502
+                status = _STATUS_OF_KIND.get(kind, 502)
                 call.status, call.error_kind = status, kind
                 self._log(call)
                 await respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
