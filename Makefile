@@ -14,7 +14,7 @@ TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/controlplane
 TEST_REDIS_URL ?= redis://127.0.0.1:6379/0
 export TEST_REDIS_URL
 
-.PHONY: help venv run test test-pg test-sqlite lint bench bench-ab bench-logs bench-hostile bench-profile bench-instructions clean
+.PHONY: help venv run test test-pg test-sqlite lint bench bench-ab bench-logs bench-hostile bench-profile bench-instructions bench-wire clean
 
 help:
 	@echo "make run   - start the console on http://$(HOST):$(PORT) (embedded mode, SQLite, demo data)"
@@ -26,6 +26,7 @@ help:
 	@echo "make bench-hostile - 50 concurrent maximal and hostile bodies: worker memory, /healthz latency (Redis)"
 	@echo "make bench-profile - where one gateway worker's CPU goes, by stage, under load (py-spy)"
 	@echo "make bench-instructions - instructions per request: healthy, failover, failover with the policy on (valgrind; load-independent)"
+	@echo "make bench-wire - a paced stream's first byte hop by hop, from the packets' timestamps (tcpdump, as root)"
 
 $(VENV)/.installed: requirements.txt requirements-dev.txt
 	@test -n "$(PYTHON)" || { echo "python3.12 not found: install Python 3.12 and retry" >&2; exit 1; }
@@ -80,6 +81,11 @@ bench-profile: venv
 # Instructions per request (valgrind's callgrind), healthy and failover: a count the machine's load does not move.
 bench-instructions: venv
 	$(PY) bench/instructions.py
+
+# A paced stream's first byte, hop by hop, read off the loopback interface by tcpdump: nothing runs inside the
+# measured processes. The gateway beside bench/reference_proxy.py's two kinds and the simulator itself.
+bench-wire: venv
+	$(PY) bench/wire_timeline.py
 
 # Maximal and hostile request bodies against one gateway worker; figures go in the README's Reliability section.
 bench-hostile: venv
