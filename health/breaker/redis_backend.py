@@ -15,7 +15,9 @@ The request path never waits on Redis for a closed circuit:
   process then takes the GIL for Redis ten times a second instead of up to two hundred.
 - If Redis fails or hangs (socket timeouts of 50 ms, no retries), the engine switches to a local
   MemoryEngine seeded from the mirror, logs once, and the subscriber thread keeps trying to reconnect;
-  when Redis answers again it resynchronises the mirror and Redis is the truth again.
+  when Redis answers again it resynchronises the mirror and Redis is the truth again. The outcome of a probe
+  Redis granted this process that could not reach Redis is kept and sent then (the slot there is held until
+  it arrives); a probe the local engine granted never reaches Redis (it never held Redis's slot).
 - A probe round trip the caller gave up on must not leave a slot held by nobody: the script gets the
   caller's deadline (Redis TIME, with a wide margin for the error of the clock offset) and grants nothing
   once it has passed, and the engine releases the ticket of every such call when Redis answers again.
@@ -258,6 +260,14 @@ class RedisEngine(BreakerEngine):
         # (provider, model, ticket) of probe round trips that timed out: released when Redis answers again.
         self._abandoned: list[tuple[str, str, str]] = []
         self._abandoned_lock = threading.Lock()
+        # The probes Redis granted this process, by circuit, until their outcome is recorded: only those outcomes
+        # go to Redis (a probe the local engine granted while Redis was unreachable never held Redis's slot, and
+        # its generation may number another process's probe there). Under _state_lock.
+        self._probes: dict[tuple[str, str], Decision] = {}
+        # Outcomes of such probes that could not reach Redis (recorded while degraded, or their batch failed):
+        # queued again when Redis answers, so the slot is closed, reopened or given back then, not held until the
+        # probe timeout. Under _state_lock; one per circuit (an older probe's outcome would be stale anyway).
+        self._unsent: dict[tuple[str, str], tuple[Decision, Outcome, float | None]] = {}
         self._degraded = False
         # True while allow() must look beyond the mirror: Redis unreachable, or operator holds configured.
         # One flag, so the hot path of a closed circuit makes the single check it made before holds existed.
@@ -334,6 +344,9 @@ class RedisEngine(BreakerEngine):
     def record(self, decision: Decision, outcome: Outcome) -> None:
         if not decision.allowed:
             return
+        if decision.probe:
+            self._record_probe(decision, outcome)  # a probe's answer closes or reopens its circuit
+            return
         if self._degraded:
             self._local_record(decision, outcome, self._clock.now())
             return
@@ -346,14 +359,34 @@ class RedisEngine(BreakerEngine):
         self._queue.put((decision, outcome, self._clock.now() if self._time_override else None))
         if self._urgent.is_set():
             return
-        if decision.probe:
-            self._urgent.set()  # a probe's answer closes or reopens its circuit
-            return
         status = outcome.status
         if status is not None and 200 <= status < 300:
             return  # calm: the common case decides without the circuit's settings
         if classify(outcome, self._config.for_circuit(decision.provider, decision.model)) is Verdict.FAILURE:
             self._urgent.set()
+
+    def _record_probe(self, decision: Decision, outcome: Outcome) -> None:
+        """A probe's outcome: to Redis if Redis granted this process that probe (kept for later while Redis is
+        unreachable), else to the local engine alone (while it decides)."""
+        key = (decision.provider, decision.model)
+        now = self._clock.now()
+        with self._state_lock:
+            ours = self._probes.get(key) is decision
+            if ours:
+                del self._probes[key]
+        if self._degraded:
+            self._local_record(decision, outcome, now)
+        if ours:
+            self._send_probe_outcome((decision, outcome, now if self._time_override else None))
+
+    def _send_probe_outcome(self, item: tuple[Decision, Outcome, float | None]) -> None:
+        """Queue a Redis-granted probe's outcome for the worker, or keep it until Redis answers again."""
+        with self._state_lock:
+            if self._degraded:
+                self._unsent[(item[0].provider, item[0].model)] = item
+                return
+        self._queue.put(item)
+        self._urgent.set()
 
     def _detoured(self, provider: str, model: str) -> Decision | None:
         """While holds are configured or Redis is unreachable: a held circuit's refusal, or the local decision
@@ -397,10 +430,13 @@ class RedisEngine(BreakerEngine):
         if raw[0] == "late":
             self._on_late(provider, model, fields.gen)
         allowed, probe = raw[0] == "1", raw[1] == "1"
+        decision = Decision(provider, model, allowed, fields.state, probe, fields.gen)
         if probe and fields.probe_at is not None:
             # This call's script granted the slot: this process, and no other, reports the transition.
             self.events.add(BreakerEvent(EventKind.HALF_OPEN, provider, model, fields.probe_at / 1000, fields.gen))
-        return Decision(provider, model, allowed, fields.state, probe, fields.gen)
+            with self._state_lock:
+                self._probes[(provider, model)] = decision
+        return decision
 
     def _allow_on_redis(self, provider: str, model: str, ticket: str) -> list[str]:
         """One `allow` round trip on the request-path connection, with the caller's deadline.
@@ -653,6 +689,11 @@ class RedisEngine(BreakerEngine):
             self._degraded = False
             self._detour = bool(self._config.controls)
             self._local = None
+            unsent, self._unsent = self._unsent, {}
+        for item in unsent.values():
+            self._queue.put(item)
+        if unsent:
+            self._urgent.set()
         log.warning("breaker: Redis reachable again; circuits resynchronised")
 
     def _local_seconds(self, redis_ms: int | None) -> float | None:
@@ -711,12 +752,12 @@ class RedisEngine(BreakerEngine):
                 try:
                     self._send(outcomes)
                 except Exception as exc:  # this thread must survive anything
-                    if isinstance(exc, RedisError):
+                    redis_error = isinstance(exc, RedisError)
+                    if redis_error:
                         self._enter_degraded(exc)
                     else:
                         log.exception("breaker: sending outcomes failed")
-                    for decision, outcome, at in outcomes:
-                        self._local_record(decision, outcome, at if at is not None else self._clock.now())
+                    self._apply_locally(outcomes, keep_probes=redis_error)
             # The events of this batch's own transitions, and any it did not carry.
             self._ship_pending()
             for b in batch:
@@ -810,10 +851,18 @@ class RedisEngine(BreakerEngine):
             *(str(value) for run in runs for value in run),
         ]
 
+    def _apply_locally(self, outcomes: list[tuple[Decision, Outcome, float | None]], *, keep_probes: bool) -> None:
+        """Outcomes that did not reach Redis go to the local engine; with `keep_probes`, a probe's outcome (queued
+        only for a probe Redis granted) is also kept for Redis, where its slot stays held until it arrives."""
+        for item in outcomes:
+            decision, outcome, at = item
+            self._local_record(decision, outcome, at if at is not None else self._clock.now())
+            if keep_probes and decision.probe:
+                self._send_probe_outcome(item)
+
     def _send(self, outcomes: list[tuple[Decision, Outcome, float | None]]) -> None:
         if self._degraded:
-            for decision, outcome, at in outcomes:
-                self._local_record(decision, outcome, at if at is not None else self._clock.now())
+            self._apply_locally(outcomes, keep_probes=True)
             return
         calls = self._calls(outcomes)
         if not calls:

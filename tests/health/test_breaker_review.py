@@ -1,0 +1,112 @@
+"""The Redis breaker's probe slot across a Redis outage: a probe's outcome that could not reach Redis, and a probe
+the local view granted while Redis was away (real Redis, through a real TCP proxy that goes down and comes back)."""
+
+import redis
+
+from health.breaker import ManualClock, Outcome, State
+from health.breaker.redis_backend import RedisEngine
+from tests.faults import FaultProxy
+from tests.health.conftest import M, P, redis_engine, trip
+
+T0 = 1_700_000_000.0
+OK = Outcome.of_status(200)
+
+
+def _only_the_test_resyncs(engine: RedisEngine, redis_url: str) -> None:
+    """Stop the engine's subscriber thread (its own stop flag, as close() does), so that the engine leaves degraded
+    mode when the test calls resync() and at no other moment."""
+    engine._stop.set()
+    client = redis.Redis.from_url(redis_url)
+    client.publish(engine._channel, "")  # the wake-up close() sends: the subscriber sees the flag at once
+    client.close()
+    engine._subscriber.join(10)
+    assert not engine._subscriber.is_alive()
+
+
+def _probing(proxy: FaultProxy, redis_url: str, namespace: str, engines: list[RedisEngine], clock: ManualClock):
+    """A gateway process reaching Redis through `proxy`, another process reaching it directly, and one circuit
+    open (by the gateway, at T0, cooldown 60 s) whose cooldown is over now."""
+    gateway = redis_engine(engines, proxy.url, namespace, clock)
+    other = redis_engine(engines, redis_url, namespace, clock)
+    _only_the_test_resyncs(gateway, redis_url)
+    trip(gateway)
+    assert gateway.flush()
+    other.refresh(P, M)  # its mirror may not have seen the pub/sub message of the trip yet
+    clock.advance(60)
+    return gateway, other
+
+
+def test_probe_outcome_whose_batch_failed_reaches_redis_when_it_returns(redis_proxy, redis_url, namespace, engines):
+    """Redis granted this process the probe; the probe succeeded, but the batch carrying its outcome failed (Redis
+    went away). Once Redis answers again the circuit must close: the outcome must not be lost, leaving the slot held
+    in Redis (every process refused) until the probe timeout, 330 s."""
+    clock = ManualClock(T0)
+    gateway, other = _probing(redis_proxy, redis_url, namespace, engines, clock)
+    probe = gateway.allow(P, M)
+
+    redis_proxy.down()
+    gateway.record(probe, OK)
+    assert gateway.flush()  # the batch fails: the engine is degraded and applies it locally
+    degraded = gateway.degraded
+    redis_proxy.restore()
+    back = gateway.resync()
+    assert gateway.flush()
+    circuit = other.get(P, M)
+
+    assert (probe.allowed, probe.probe, degraded, back) == (True, True, True, True)
+    assert (circuit.state, circuit.probe_in_flight) == (State.CLOSED, False)
+
+
+def test_probe_cancelled_while_redis_was_away_gives_its_slot_back_when_it_returns(
+    redis_proxy, redis_url, namespace, engines
+):
+    """The probe's client went away while the engine was degraded: its slot in Redis must be given back once Redis
+    answers again, so that the next caller anywhere probes (not only after the probe timeout)."""
+    clock = ManualClock(T0)
+    gateway, other = _probing(redis_proxy, redis_url, namespace, engines, clock)
+    probe = gateway.allow(P, M)
+
+    redis_proxy.down()
+    gateway.get(P, M)  # Redis unreachable: degraded from here on
+    degraded = gateway.degraded
+    gateway.record(probe, Outcome.cancelled())
+    assert gateway.flush()
+    redis_proxy.restore()
+    back = gateway.resync()
+    assert gateway.flush()
+    circuit = other.get(P, M)
+    other.refresh(P, M)
+    next_probe = other.allow(P, M)
+
+    assert (probe.probe, degraded, back) == (True, True, True)
+    assert (circuit.state, circuit.probe_in_flight) == (State.HALF_OPEN, False)
+    assert (next_probe.allowed, next_probe.probe) == (True, True)
+
+
+def test_probe_granted_locally_while_redis_was_away_leaves_another_process_probe_alone(
+    redis_proxy, redis_url, namespace, engines
+):
+    """While degraded, this process's local view grants its own probe, numbered from the mirror's generation; Redis
+    meanwhile grants the circuit's one probe to another process under the same number. The local probe's outcome,
+    recorded after Redis answers again, must not move the circuit in Redis: a cancellation there would free the
+    other process's slot, and the next caller would be a second probe in flight."""
+    clock = ManualClock(T0)
+    gateway, other = _probing(redis_proxy, redis_url, namespace, engines, clock)
+
+    redis_proxy.down()
+    local_probe = gateway.allow(P, M)  # Redis unreachable: decided by this process alone
+    degraded = gateway.degraded
+    redis_probe = other.allow(P, M)  # the circuit's one probe, granted by Redis
+    redis_proxy.restore()
+    back = gateway.resync()
+    gateway.record(local_probe, Outcome.cancelled())
+    assert gateway.flush()
+    circuit = other.get(P, M)
+    other.refresh(P, M)
+    second = other.allow(P, M)
+
+    assert (local_probe.allowed, local_probe.probe, degraded, back) == (True, True, True, True)
+    assert (redis_probe.allowed, redis_probe.probe) == (True, True)
+    assert local_probe.generation == redis_probe.generation  # the two numberings met
+    assert (circuit.state, circuit.probe_in_flight) == (State.HALF_OPEN, True)
+    assert (second.allowed, second.probe) == (False, False)
