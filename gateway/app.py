@@ -510,7 +510,8 @@ class GatewayApp:
         """Run the upstream work in this task; if the client disconnects first, cancel it (the upstream call too).
 
         The gateway's own server calls a hook when the connection is lost (gateway/server.py); under any other
-        ASGI server a second task waits for `http.disconnect` from `receive()`."""
+        ASGI server, or when the connection was lost before this (its server then took the hook list away), a
+        second task waits for `http.disconnect` from `receive()`."""
         task = asyncio.current_task()
         assert task is not None
         state = {"done": False, "gone": False}

@@ -10,7 +10,8 @@ from gateway.snapshot import KeyInfo, Route, Target
 
 JSON_HEADERS = [(b"content-type", b"application/json")]
 # A server may put a list in scope["extensions"] under this name and call its callables when the client's
-# connection is lost mid-request (gateway/server.py does); without it the app watches `receive` instead.
+# connection is lost mid-request (gateway/server.py does, and then takes the list out of the scope); without it
+# the app watches `receive` instead.
 DISCONNECT_HOOKS = "controlplane.disconnect_hooks"
 SSE_HEADERS = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no")]
 
@@ -92,6 +93,10 @@ async def respond(
     extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     base = headers if headers else JSON_HEADERS
+    if not 200 <= status <= 599:
+        # An upstream's status that is no final HTTP/1.1 response (600-999; 1xx is interim): unwritable, or a
+        # head the client would wait past. The client gets a bad gateway instead.
+        status = 502
     await send(
         {
             "type": "http.response.start",

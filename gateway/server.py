@@ -4,8 +4,9 @@ uvicorn writes a response's status line and headers when the app sends `http.res
 when it sends `http.response.body`: two writes, so two send() calls and two TCP segments for every small
 JSON answer. Here the connection's transport keeps what is written during one turn of the event loop and
 hands it to the real transport in one write at the end of that turn (`call_soon`). Nothing waits for more
-data: a streamed response still goes out chunk by chunk, each at the end of the turn that produced it, and
-closing the connection writes what is held first.
+data: a streamed response still goes out chunk by chunk, each at the end of the turn that produced it, 64 KiB
+held go out at once (so a slow client still pauses the app's sends), and closing the connection, or the client
+ending its side of it, writes what is held first.
 
 It also tells the app when a request's client goes away: each request's scope carries a list under
 `scope["extensions"][DISCONNECT_HOOKS]`, and losing the connection mid-request calls what the app put there.
@@ -42,23 +43,33 @@ from uvicorn.protocols.http.httptools_impl import (
 
 from gateway.exchange import DISCONNECT_HOOKS
 
+# Held bytes reaching this many go to the transport at once, which then pauses the protocol past its high-water
+# mark as it would without the cork: the app's next send waits for a slow client instead of piling up a whole
+# response in one turn. uvicorn's (and uvloop's) high-water mark; a small response never reaches it.
+_FLUSH_AT = 65536
+
 
 class CorkedTransport:
     """A transport that joins the writes of one loop turn into one write of the transport it wraps."""
 
-    __slots__ = ("_held", "_loop", "_transport")
+    __slots__ = ("_held", "_loop", "_size", "_transport")
 
     def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._held: list[bytes | bytearray | memoryview] = []
+        self._size = 0  # len() of what is held
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
-        if not self._held:
+        held = self._held
+        if not held:
             self._loop.call_soon(self.flush)
-        self._held.append(data)
+        held.append(data)
+        self._size += len(data)
+        if self._size >= _FLUSH_AT:
+            self.flush()
 
     def writelines(self, chunks: Any) -> None:
         for chunk in chunks:
@@ -69,6 +80,7 @@ class CorkedTransport:
         if not held:
             return
         self._held = []
+        self._size = 0
         if self._transport.is_closing():
             return  # the peer is gone: uvicorn has marked the cycle disconnected
         self._transport.write(held[0] if len(held) == 1 else b"".join(held))
@@ -78,7 +90,7 @@ class CorkedTransport:
         self._transport.close()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(len(chunk) for chunk in self._held)
+        return self._transport.get_write_buffer_size() + self._size
 
     def __getattr__(self, name: str) -> Any:
         # is_closing, get_extra_info, pause_reading, resume_reading, set_protocol, abort, ...
@@ -217,19 +229,33 @@ class CorkedHttpToolsProtocol(QuietUpgradeHttpToolsProtocol):
     response head from checked lines (see above), and quiet about upgrade requests."""
 
     on_headers_complete = _building(CheckedLinesCycle, HttpToolsProtocol.on_headers_complete)
+    # The request whose app runs. uvicorn's `cycle` is the request it parsed last, which may be a pipelined one
+    # still waiting behind this one (never started: no hooks, nothing to cancel).
+    _running: RequestResponseCycle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
 
+    def eof_received(self) -> None:
+        # The client has nothing more to send; the transport closes itself when this returns, as under uvicorn,
+        # after writing what it was given: what this turn wrote is given to it first, not dropped as held.
+        self.transport.flush()  # type: ignore[attr-defined]
+
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         extensions: dict[str, Any] = cycle.scope.setdefault("extensions", {})
         extensions[DISCONNECT_HOOKS] = []  # the app appends callables taking no arguments
+        self._running = cycle
         super()._start_asgi_task(cycle, app)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        cycle = self.cycle
         super().connection_lost(exc)
-        if cycle is not None and cycle.disconnected:  # lost before the response was complete
-            extensions: dict[str, Any] = cycle.scope.get("extensions") or {}
-            for hook in extensions.get(DISCONNECT_HOOKS, ()):
+        cycle = self._running
+        if cycle is not None and not cycle.response_complete:  # lost before the response was complete
+            # uvicorn marks only its last parsed request: the running one's receive and send learn it here.
+            cycle.disconnected = True
+            cycle.message_event.set()
+            # Taken out of the scope: an app looking for the list from now on (its work not started yet) finds
+            # none and watches `receive`, which answers http.disconnect at once; a hook added now would never run.
+            extensions: dict[str, Any] = cycle.scope["extensions"]  # set in _start_asgi_task
+            for hook in extensions.pop(DISCONNECT_HOOKS, ()):
                 hook()
