@@ -211,8 +211,56 @@ def _building(cls: type, method: Any) -> Any:
     return built
 
 
-class QuietUpgradeHttpToolsProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, except that a request asking to upgrade the connection is not a warning.
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a deadline for a request to start.
+
+    uvicorn times a connection out only while it is idle after a response (`timeout_keep_alive`), and any byte
+    that arrives cancels that timer until the next response: a connection that never sends a request, sends half
+    of one, or goes on sending the body of a request answered early (a 401 before its body was read) is held
+    forever, a file descriptor and a protocol each, for a few bytes. Here such a connection is closed
+    `head_timeout` seconds after it began waiting for a request (its start, or the first bytes after a response),
+    however its bytes trickle in. A request whose app runs is not timed out here: its body read and its work have
+    limits of their own. The common path pays one check per read; a timer is started only for a connection's
+    first wait and for a read that left no request running.
+    """
+
+    head_timeout = 30.0
+    # The request whose app runs. uvicorn's `cycle` is the request it parsed last, which may be a pipelined one
+    # still waiting behind this one (never started: nothing to tell, nothing to cancel).
+    _running: RequestResponseCycle | None = None
+    _head_by: float | None = None  # loop time by which a request must be running (None: one is, or has been)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        self._guard()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)  # uvicorn cancels its keep-alive timer on any byte
+        running = self._running
+        if self.timeout_keep_alive_task is None and (running is None or running.response_complete):
+            self._guard()  # the bytes started no request: the same deadline stands
+
+    def _guard(self) -> None:
+        if self.transport.is_closing():
+            return
+        if self._head_by is None:
+            self._head_by = self.loop.time() + self.head_timeout
+        # In uvicorn's keep-alive slot: its next read cancels it as it cancels its own, and its handler closes.
+        self.timeout_keep_alive_task = self.loop.call_at(self._head_by, self.timeout_keep_alive_handler)
+
+    def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
+        self._running = cycle
+        self._head_by = None
+        super()._start_asgi_task(cycle, app)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        super().connection_lost(exc)
+        self._unset_keepalive_if_required()  # uvicorn leaves its timer armed after a reset
+
+
+class QuietUpgradeHttpToolsProtocol(GuardedHttpToolsProtocol):
+    """uvicorn's httptools protocol, except that a request asking to upgrade the connection is not a warning
+    (and with the deadline for a request to start, above).
 
     Nothing served here speaks websockets (`--ws none`): such a request is answered as plain HTTP, as uvicorn
     does, but uvicorn also logs two warnings for each one, so any client, before its key is checked, could
@@ -226,12 +274,10 @@ class QuietUpgradeHttpToolsProtocol(HttpToolsProtocol):
 
 class CorkedHttpToolsProtocol(QuietUpgradeHttpToolsProtocol):
     """uvicorn's httptools protocol writing through a CorkedTransport, calling disconnect hooks, writing each
-    response head from checked lines (see above), and quiet about upgrade requests."""
+    response head from checked lines (see above), quiet about upgrade requests and with a deadline for a request
+    to start."""
 
     on_headers_complete = _building(CheckedLinesCycle, HttpToolsProtocol.on_headers_complete)
-    # The request whose app runs. uvicorn's `cycle` is the request it parsed last, which may be a pipelined one
-    # still waiting behind this one (never started: no hooks, nothing to cancel).
-    _running: RequestResponseCycle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(CorkedTransport(transport, self.loop))  # type: ignore[arg-type]
@@ -244,14 +290,14 @@ class CorkedHttpToolsProtocol(QuietUpgradeHttpToolsProtocol):
     def _start_asgi_task(self, cycle: RequestResponseCycle, app: Any) -> None:
         extensions: dict[str, Any] = cycle.scope.setdefault("extensions", {})
         extensions[DISCONNECT_HOOKS] = []  # the app appends callables taking no arguments
-        self._running = cycle
         super()._start_asgi_task(cycle, app)
 
     def connection_lost(self, exc: Exception | None) -> None:
         super().connection_lost(exc)
         cycle = self._running
         if cycle is not None and not cycle.response_complete:  # lost before the response was complete
-            # uvicorn marks only its last parsed request: the running one's receive and send learn it here.
+            # uvicorn marks only its last parsed request (see `_running`): the running one's receive and send
+            # learn it here.
             cycle.disconnected = True
             cycle.message_event.set()
             # Taken out of the scope: an app looking for the list from now on (its work not started yet) finds
