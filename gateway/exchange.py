@@ -93,10 +93,6 @@ async def respond(
     extra: list[tuple[bytes, bytes]] | None = None,
 ) -> None:
     base = headers if headers else JSON_HEADERS
-    if not 200 <= status <= 599:
-        # An upstream's status that is no final HTTP/1.1 response (600-999; 1xx is interim): unwritable, or a
-        # head the client would wait past. The client gets a bad gateway instead.
-        status = 502
     await send(
         {
             "type": "http.response.start",

@@ -134,11 +134,10 @@ class _Connection(asyncio.Protocol):
         if 100 <= status < 200 and status != 101:
             self.informational = True  # e.g. 103 Early Hints: the final response follows
             return
-        if status > 599 or status < 100:
-            # Three digits no HTTP/1.1 response has (the parser takes any): nothing a client could be given.
-            self.error = httpx.RemoteProtocolError(
-                f"Upstream answered with status {status}, which HTTP does not define."
-            )
+        if status > 599 or status < 200:
+            # Three digits no HTTP/1.1 response has (the parser takes any), or a switch of protocols nobody asked
+            # for: no final answer a client could be given.
+            self.error = httpx.RemoteProtocolError(f"Upstream answered with status {status}, not a final response.")
             raise _StopParsing  # data_received closes the connection
         self.status = status
         self.headers_done = True

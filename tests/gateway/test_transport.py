@@ -179,6 +179,30 @@ def test_informational_response_is_skipped_and_never_leaks_into_the_next_request
     assert run_async(run()) == (200, b"answer-for-#1", 200, b"answer-for-#2")
 
 
+@pytest.mark.parametrize("status", [b"101 Switching Protocols", b"600 Beyond", b"099 Low"])
+def test_a_status_that_is_no_final_response_fails_the_request(status):
+    """A 101 nobody asked for, or three digits HTTP/1.1 does not define (the parser takes any): the upstream's
+    answer is malformed, not a response to pass on (uvicorn could not even write a 600's status line)."""
+
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+        await reader.read()
+
+    async def run():
+        async with raw_server(handler) as (port, _):
+            transport = FastTransport()
+            origin, payload = request(port)
+            try:
+                await transport.send_raw(origin, payload, connect_timeout=2, read_timeout=2)
+            except httpx.RemoteProtocolError as exc:
+                return str(exc), transport._take_idle(origin)
+            return "answered", None
+
+    assert run_async(run()) == (f"Upstream answered with status {int(status[:3])}, not a final response.", None)
+
+
 def test_bytes_after_a_complete_response_retire_the_connection():
     async def handler(reader, writer):
         await read_request(reader)
