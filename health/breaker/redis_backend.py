@@ -347,8 +347,7 @@ class RedisEngine(BreakerEngine):
         if decision.probe:
             self._record_probe(decision, outcome)  # a probe's answer closes or reopens its circuit
             return
-        if self._degraded:
-            self._local_record(decision, outcome, self._clock.now())
+        if self._degraded and self._local_record(decision, outcome, self._clock.now()):
             return
         if self._queue.qsize() >= _MAX_PENDING:
             if not self._dropped_logged:
@@ -699,19 +698,25 @@ class RedisEngine(BreakerEngine):
     def _local_seconds(self, redis_ms: int | None) -> float | None:
         return None if redis_ms is None else (redis_ms - self._offset_ms) / 1000
 
-    def _local_engine(self) -> MemoryEngine:
-        local = self._local
-        if local is None:  # raced with _leave_degraded: a throwaway engine (and its events) answers this one call
-            local = MemoryEngine(
-                clock=self._clock, config=self._config, probe_timeout_seconds=self._probe_timeout_seconds
-            )
-        return local
+    # The caller read `_degraded` true; Redis may have come back since (`_leave_degraded` in another thread), and
+    # the local engine gone with it. Each of these then answers as if Redis had not gone: the mirror, which the
+    # resync has just reloaded, decides; an outcome goes to Redis. (`_enter_degraded` sets `_local` before the
+    # flag, so the retry finds an engine unless Redis came and went again meanwhile.)
 
     def _local_allow(self, provider: str, model: str) -> Decision:
-        return self._local_engine().allow(provider, model)
+        local = self._local
+        if local is None:
+            return self.allow(provider, model)
+        return local.allow(provider, model)
 
-    def _local_record(self, decision: Decision, outcome: Outcome, at: float) -> None:
-        self._local_engine().apply(decision, outcome, at)
+    def _local_record(self, decision: Decision, outcome: Outcome, at: float) -> bool:
+        """Apply an outcome to the local engine; False when there is none (Redis is back): the caller decides
+        where the outcome goes then."""
+        local = self._local
+        if local is None:
+            return False
+        local.apply(decision, outcome, at)
+        return True
 
     # ----- outcome worker ------------------------------------------------------------------------
 
@@ -1029,7 +1034,10 @@ class RedisEngine(BreakerEngine):
                 return self._snapshot(provider, model, int(raw[1]), int(raw[2]), int(raw[3]), _Fields(raw[4:]))
             except RedisError as exc:
                 self._enter_degraded(exc)
-        return self._local_engine().get(provider, model)
+        local = self._local
+        if local is None:
+            return self.get(provider, model)
+        return local.get(provider, model)
 
     def list_circuits(self) -> list[CircuitSnapshot]:
         if not self._degraded:
@@ -1040,7 +1048,10 @@ class RedisEngine(BreakerEngine):
                 return self._list_from_redis()
             except RedisError as exc:
                 self._enter_degraded(exc)
-        return self._local_engine().list_circuits()
+        local = self._local
+        if local is None:
+            return self.list_circuits()
+        return local.list_circuits()
 
     def _list_from_redis(self) -> list[CircuitSnapshot]:
         pairs = sorted(tuple(json.loads(m)) for m in self._client.smembers(self._registry))

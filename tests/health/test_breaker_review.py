@@ -1,5 +1,6 @@
-"""The Redis breaker's probe slot across a Redis outage: a probe's outcome that could not reach Redis, and a probe
-the local view granted while Redis was away (real Redis, through a real TCP proxy that goes down and comes back)."""
+"""The Redis breaker across a Redis outage: a probe's outcome that could not reach Redis, a probe the local view
+granted while Redis was away, and calls that read the degraded flag just before Redis came back (real Redis, through
+a real TCP proxy that goes down and comes back)."""
 
 import redis
 
@@ -110,3 +111,86 @@ def test_probe_granted_locally_while_redis_was_away_leaves_another_process_probe
     assert local_probe.generation == redis_probe.generation  # the two numberings met
     assert (circuit.state, circuit.probe_in_flight) == (State.HALF_OPEN, True)
     assert (second.allowed, second.probe) == (False, False)
+
+
+class _RedisReturnsRightAfterTheRead(RedisEngine):
+    """The engine, with one interleaving forced: once armed, the next caller that reads the degraded flag as true sees
+    Redis come back (`resync()`, which the subscriber thread runs in production) before it goes on."""
+
+    @property
+    def _degraded(self) -> bool:
+        degraded = self.__dict__["_degraded"]
+        if degraded and self.__dict__.pop("_race_armed", False):
+            assert self.resync()
+        return degraded
+
+    @_degraded.setter
+    def _degraded(self, value: bool) -> None:
+        self.__dict__["_degraded"] = value
+
+
+def _racing(proxy: FaultProxy, redis_url: str, namespace: str, engines: list[RedisEngine], *, trip_it: bool):
+    """A gateway process reaching Redis through `proxy` (`_RedisReturnsRightAfterTheRead`), with the circuit opened
+    by it or not; and another process, for Redis's view."""
+    clock = ManualClock(T0)
+    gateway = redis_engine(engines, proxy.url, namespace, clock)
+    other = redis_engine(engines, redis_url, namespace, clock)
+    _only_the_test_resyncs(gateway, redis_url)
+    if trip_it:
+        trip(gateway)
+        assert gateway.flush()
+    gateway.__class__ = _RedisReturnsRightAfterTheRead
+    return gateway, other
+
+
+def _outage_over_and_race_armed(proxy: FaultProxy, gateway: RedisEngine) -> None:
+    """Redis goes away (the engine degrades) and comes back; the engine's next read of the flag races the resync."""
+    proxy.down()
+    gateway.get(P, M)  # Redis unreachable: degraded from here on
+    assert gateway.degraded
+    proxy.restore()
+    gateway.__dict__["_race_armed"] = True
+
+
+def test_call_deciding_as_redis_returns_is_refused_by_an_open_circuit(redis_proxy, redis_url, namespace, engines):
+    """allow() read the flag while Redis was away; Redis came back before it asked the local engine, which the resync
+    had just dropped. The open circuit must still refuse the call (a fresh engine, closed, let it through)."""
+    gateway, _ = _racing(redis_proxy, redis_url, namespace, engines, trip_it=True)
+    _outage_over_and_race_armed(redis_proxy, gateway)
+
+    decision = gateway.allow(P, M)
+
+    assert (decision.allowed, decision.state, gateway.degraded) == (False, State.OPEN, False)
+
+
+def test_outcome_recorded_as_redis_returns_reaches_redis(redis_proxy, redis_url, namespace, engines):
+    """A call allowed while Redis was away ends as Redis comes back: record() read the flag before the return, and
+    the local engine was gone when it went on. The outcome goes to Redis, as one recorded a moment later would (it
+    went to a throwaway engine)."""
+    gateway, other = _racing(redis_proxy, redis_url, namespace, engines, trip_it=False)
+    redis_proxy.down()
+    gateway.get(P, M)  # Redis unreachable: degraded from here on
+    decision = gateway.allow(P, M)  # decided locally
+    degraded = gateway.degraded
+    redis_proxy.restore()
+    gateway.__dict__["_race_armed"] = True
+
+    gateway.record(decision, Outcome.of_status(503))
+    assert gateway.flush()
+    circuit = other.get(P, M)
+
+    assert (decision.allowed, degraded, gateway.degraded) == (True, True, False)
+    assert (circuit.total_requests, circuit.failure_count) == (1, 1)
+
+
+def test_console_reading_as_redis_returns_sees_the_open_circuit(redis_proxy, redis_url, namespace, engines):
+    """get() and list_circuits() read the flag while Redis was away, and Redis came back before they asked the local
+    engine: they answer from Redis, the circuit open (a throwaway engine answered closed, and listed nothing)."""
+    gateway, _ = _racing(redis_proxy, redis_url, namespace, engines, trip_it=True)
+    _outage_over_and_race_armed(redis_proxy, gateway)
+    one = gateway.get(P, M)
+    _outage_over_and_race_armed(redis_proxy, gateway)
+    listed = gateway.list_circuits()
+
+    assert one.state is State.OPEN
+    assert [(c.provider, c.model, c.state) for c in listed] == [(P, M, State.OPEN)]
