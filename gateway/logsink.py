@@ -15,9 +15,9 @@ A batch is one stream entry (requestlogs/stream.py). The stream is capped in rec
 outage cannot fill the Redis that also holds the breakers and the Celery broker; what the cap trims before it
 was ingested is counted in Redis (`<stream>:trimmed`), as are the records this buffer had to drop
 (`<stream>:dropped`). A sink stopped while its writes fail spills its buffer to a local file, replayed at the
-next start; so are a record added after `stop` and a batch whose write fails after `stop` gave up waiting for it
-(both at once), and a sink nobody stopped is stopped at the interpreter's exit (`_stop_at_exit`), which then
-waits a last time for a write still under way.
+next start with the count of drops not yet counted; so are a record added after `stop` and a batch whose write
+fails after `stop` gave up waiting for it (both at once), and a sink nobody stopped is stopped at the
+interpreter's exit (`_stop_at_exit`), which then waits a last time for a write still under way.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ import fcntl
 import logging
 import os
 import random
+import re
 import threading
 import time
 import uuid
@@ -104,6 +105,12 @@ LOOP_SEND_MARGIN_SECONDS = 2.0
 # At the interpreter's exit, a sink that was never stopped (uvicorn's forced exit, a second Ctrl-C, skips the
 # lifespan's shutdown) is stopped then, waiting this long at most for its thread; what it could not write is spilled.
 EXIT_STOP_SECONDS = 5.0
+
+# A spill file's name carries the buffer drops not yet counted in Redis (`<stamp>-<pid>-<id>.dropped<N>.jsonl`): the
+# replay adds them to the count with the file's records. An empty `.partial` older than STALE_PARTIAL_SECONDS is a
+# crash's leftover (a spill locks its file at once) and is deleted.
+_DROPPED_IN_NAME = re.compile(r"\.dropped(\d+)\.(?:jsonl|partial)$")
+STALE_PARTIAL_SECONDS = 600.0
 
 # Request ids are names, not secrets: a generator seeded from the OS (again in a forked child, which would
 # otherwise repeat its parent's sequence) instead of a system call per id.
@@ -411,9 +418,10 @@ class LogSink:
             self._in_flight -= len(batch)
             self._idle.notify_all()
 
-    def _write(self, batch: list[dict[str, Any]]) -> None:
+    def _write(self, batch: list[dict[str, Any]], carried: int = 0) -> None:
+        """Write a batch; `carried`: buffer drops a spill file brought, counted in Redis with it."""
         if self._redis_url:
-            self._write_redis(batch)
+            self._write_redis(batch, carried)
         else:
             from requestlogs.services import request_logs_insert_isolating
 
@@ -430,10 +438,15 @@ class LogSink:
             self._append = client.register_script(_APPEND_SCRIPT)
         return client
 
-    def _write_redis(self, batch: list[dict[str, Any]]) -> None:
-        self._client()
+    def _write_redis(self, batch: list[dict[str, Any]], carried: int = 0) -> None:
+        client = self._client()
         dropped = self.dropped - self._dropped_reported
-        trimmed = self._append(keys=self._append_keys(), args=self._append_args(batch, dropped))
+        if not batch:  # a spill file whose lines were all torn: its count of drops still goes
+            client.pipeline(transaction=True).incrby(self.keys.dropped, carried).set(
+                self.keys.lost_since, int(time.time()), nx=True
+            ).execute()
+            return
+        trimmed = self._append(keys=self._append_keys(), args=self._append_args(batch, dropped + carried))
         self._dropped_reported += dropped
         if trimmed:
             self._report_trimmed(trimmed)
@@ -544,7 +557,10 @@ class LogSink:
         if self._spill_dir is None:
             log.error("request-log sink stopped with %d unwritten records and no spill dir: lost", len(records))
             return
+        dropped = self.dropped - self._dropped_reported  # never sent: the file carries them to Redis
         name = f"{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        if dropped > 0:
+            name += f".dropped{dropped}"
         partial, final = self._spill_dir / f"{name}.partial", self._spill_dir / f"{name}.jsonl"
         try:
             self._spill_dir.mkdir(parents=True, exist_ok=True)
@@ -565,6 +581,7 @@ class LogSink:
             return
         with self._idle:  # `stop` (or a record added after it) and a thread it left running may spill at once
             self.spilled += len(records)
+            self._dropped_reported += dropped
         log.warning(
             "request-log sink stopped with %d records unwritten: spilled to %s, replayed at the next start",
             len(records),
@@ -574,8 +591,8 @@ class LogSink:
     def _replay(self) -> bool:
         """Write the spill files other processes left, deleting each once written; True when none is left.
 
-        An empty `.partial` file is left alone: a spill may have created it and not yet locked it (a crash there
-        leaves it empty, nothing lost).
+        An empty `.partial` file is left alone: a spill may have created it and not yet locked it. One older than
+        STALE_PARTIAL_SECONDS is a crash's leftover, with nothing in it: it is deleted.
 
         A crash halfway replays the whole file again at the next start: the stream then holds some records
         twice, which the ingest stores once (it skips a request_id already stored).
@@ -601,7 +618,9 @@ class LogSink:
                     continue
                 content = f.read()
                 if not content and path.suffix == ".partial":
-                    continue  # a spill that has created it and not yet locked it, or a crash's empty leftover
+                    if time.time() - os.fstat(f.fileno()).st_mtime > STALE_PARTIAL_SECONDS:
+                        path.unlink()  # a crash's empty leftover
+                    continue  # else a spill that has created it and not yet locked it
                 records, broken = [], []
                 for number, line in enumerate(content.splitlines(), start=1):
                     try:
@@ -612,9 +631,14 @@ class LogSink:
                         records.append(record)
                     elif line.strip():
                         broken.append((number, line))  # a line torn by a crash mid-spill, say
+                found = _DROPPED_IN_NAME.search(path.name)
+                carried = int(found.group(1)) if found else 0
                 try:
-                    for start in range(0, len(records), self._batch_size):
-                        self._write(records[start : start + self._batch_size])
+                    starts = range(0, len(records), self._batch_size)
+                    for start in starts:  # the drops go with the last batch: a crash before it counts them once
+                        self._write(records[start : start + self._batch_size], carried if start == starts[-1] else 0)
+                    if not records and carried and self._redis_url:
+                        self._write([], carried)
                     for number, line in broken:
                         self._dead_letter_line(path, number, line)
                 except Exception as exc:  # noqa: BLE001 - keep the file and retry later

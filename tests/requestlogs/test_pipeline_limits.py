@@ -1,16 +1,19 @@
 """The request-log pipeline's limits: the stream cap counts what it trims, undecodable entries are
 dead-lettered, a sink that cannot write at shutdown spills to a file that the next start replays once, and so
 does one left running at the interpreter's exit, one given records after it stopped, one whose event loop
-closed with a send under way, and one whose stop gave up waiting for its thread's write; a replay never deletes
-a spill another process is writing, and spills at the same time lose neither records nor their count."""
+closed with a send under way, and one whose stop gave up waiting for its thread's write; a spill carries the
+buffer's drops not yet counted to the replay; a replay never deletes a spill another process is writing (but deletes
+a crash's empty leftover), and spills at the same time lose neither records nor their count."""
 
 import asyncio
 import concurrent.futures
 import fcntl
 import logging
+import os
 import subprocess
 import sys
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +22,7 @@ import orjson
 import pytest
 import redis
 
+from gateway import logsink
 from gateway.logsink import LogSink
 from requestlogs.ingest import request_logs_ingest
 from requestlogs.models import RequestLog
@@ -233,6 +237,63 @@ def test_a_spill_file_another_process_holds_is_left_alone(redis_url, stream, tmp
     assert sink.replayed == 2
 
 
+def test_drops_of_an_outage_that_ends_in_a_spill_are_counted_when_it_is_replayed(redis_url, stream, tmp_path):
+    """The buffer dropped records while Redis was away, and the sink stopped before Redis came back: the drops, which
+    only a successful write had counted, go with the spill file and are counted when it is replayed."""
+    records = [record(i) for i in range(8)]
+    with FaultProxy.for_redis(redis_url) as proxy:
+        proxy.down()
+        first = LogSink(redis_url=proxy.url, stream_key=stream, flush_seconds=0.05, max_buffer=5, spill_dir=tmp_path)
+        for r in records:
+            first.add(r)  # the 3 oldest dropped
+        first.start()
+        first.stop()
+        names = [p.name for p in tmp_path.iterdir()]
+        proxy.restore()
+        second = LogSink(redis_url=proxy.url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+        second.start()
+        until(lambda: second.replayed == 5, 10, "the replay")
+        second.stop()
+
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    assert (first.dropped, first.spilled) == (3, 5)
+    assert [name.split(".", 1)[1] for name in names] == ["dropped3.jsonl"]
+    assert (int(client.get(keys.dropped)), int(client.get(keys.records))) == (3, 5)
+    assert client.get(keys.lost_since) is not None
+
+
+def test_a_spill_file_with_drops_and_no_whole_line_still_counts_its_drops(redis_url, stream, tmp_path):
+    spill = tmp_path / "20261201T000000-1-abcdef03.dropped4.partial"  # a crash tore its only line
+    spill.write_bytes(b'{"request_id": "ab')
+    sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+
+    sink.start()
+    until(lambda: not spill.exists(), 10, "the replay")
+    sink.stop()
+
+    client = redis.Redis.from_url(redis_url)
+    keys = StreamKeys(stream)
+    assert (int(client.get(keys.dropped)), client.get(keys.records), client.xlen(keys.dead)) == (4, None, 1)
+
+
+def test_an_empty_partial_spill_file_is_deleted_once_stale_and_left_alone_before(redis_url, stream, tmp_path):
+    """A spill creates its `.partial` file and locks it at once: an empty one may be a spill between the two (left
+    alone), or, long after, what a crash there left (deleted, instead of staying forever)."""
+    fresh, stale = tmp_path / "20261201T000001-1-fresh.partial", tmp_path / "20261201T000000-1-stale.partial"
+    fresh.touch()
+    stale.touch()
+    old = time.time() - logsink.STALE_PARTIAL_SECONDS - 60
+    os.utime(stale, (old, old))
+    sink = LogSink(redis_url=redis_url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+
+    sink.start()
+    until(lambda: not stale.exists(), 10, "the replay")
+    sink.stop()
+
+    assert [p.name for p in tmp_path.iterdir()] == [fresh.name]
+
+
 # A process of its own: what happens at the interpreter's exit is the point. argv: the Redis URL (one that refuses),
 # the stream, the spill dir, and "fork" or nothing. The records wait in the buffer, the writes failing; then the
 # process exits, the sink never stopped (as after uvicorn's forced exit, which skips the lifespan's shutdown). With
@@ -421,7 +482,7 @@ from tests.servers import until
 logsink.EXIT_STOP_SECONDS = 0.5
 sink = logsink.LogSink(redis_url="redis://127.0.0.1:1/0", flush_seconds=60, spill_dir=sys.argv[1])
 
-def write_failing_after_stop(batch):
+def write_failing_after_stop(batch, carried=0):
     until(lambda: sink._stopped, 10, "the exit's stop to give up waiting")
     time.sleep(0.2)  # a slow failure (fault injection)
     raise ConnectionError("Redis went away")
