@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from gateway.attempts import ADAPTERS, AttemptLoop
-from gateway.bodies import MIB, BodyBudget, BodyError, BodyLimits, parse_body, wide_numbers
+from gateway.bodies import MIB, BodyBudget, BodyError, BodyLimits, check_chat, parse_body, wide_numbers
 from gateway.clients import ANTHROPIC_JSON, AnthropicClientSend, anthropic_refusal
 from gateway.config import ConfigHolder
 from gateway.errors import openai_error, sse_error
@@ -413,6 +413,10 @@ class GatewayApp:
             canonical = anthropic_to_openai_request(payload, max_tokens_param="max_tokens")
         except TranslationError as exc:
             raise Reject(400, f"{exc.param}: {exc.message}", code="unsupported_parameter", param=exc.param) from None
+        try:
+            check_chat(canonical, self.limits)  # the translation may unfold blocks into messages and tool calls
+        except BodyError as exc:
+            raise Reject(400, exc.message, code=exc.code, param=exc.param) from None
         if len(call.raw) <= THREAD_BYTES:
             call.raw = orjson.dumps(canonical)
         else:

@@ -122,9 +122,10 @@ def estimate(raw: bytes) -> int:
     return 1 + raw.count(b"{") + raw.count(b"[") + raw.count(b",") + raw.count(b":")
 
 
-# Integer literals of 20 digits or more (beyond 64 bits, or close: orjson turns those into floats) and
-# exponents of three digits (1e-400 becomes 0.0, 1e400 is refused): numbers a re-serialised body would change.
-_WIDE_NUMBER = re.compile(rb"[0-9]{20}|[eE][-+]?0*[1-9][0-9]{2}")
+# Integer literals of 20 digits or more, and negative ones of 19 (beyond 64 bits, or close: orjson reads those
+# below -2**63 or above 2**64 - 1 as floats), and exponents of three digits (1e-400 becomes 0.0, 1e400 is
+# refused): numbers a re-serialised body would change.
+_WIDE_NUMBER = re.compile(rb"[0-9]{20}|-[0-9]{19}|[eE][-+]?0*[1-9][0-9]{2}")
 
 
 # Digits to "0", "E" to "e", "+" to "-": a wide number leaves "0" * 20, "e000" or "e-000" in the mapped text.
@@ -134,7 +135,7 @@ _DIGITS = bytes.maketrans(b"123456789E+", b"000000000e-")
 def wide_numbers(raw: bytes) -> bool:
     """Whether the JSON text `raw` holds a number outside strings that orjson cannot round-trip exactly."""
     mapped = raw.translate(_DIGITS)  # C speed; the regex below runs only on a suspicious body
-    if b"0" * 20 not in mapped and b"e000" not in mapped and b"e-000" not in mapped:
+    if b"0" * 20 not in mapped and b"-" + b"0" * 19 not in mapped and b"e000" not in mapped and b"e-000" not in mapped:
         return False
     text = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
     return bool(_WIDE_NUMBER.search(b" ".join(text.split(b'"')[::2])))
@@ -173,7 +174,7 @@ def parse_body(raw: bytes, limits: BodyLimits, *, slice_bytes: int = 0) -> tuple
             keys = structure(raw, len(raw) + 1, slice_bytes=slice_bytes)[1]  # exact, rarely needed
     if keys >= 0 and parsed_keys != keys:
         _fail_repeated(raw)
-    _check_chat(payload, limits)
+    check_chat(payload, limits)
     return payload, odd_numbers
 
 
@@ -250,7 +251,7 @@ def _fail_repeated(raw: bytes) -> None:
     )
 
 
-def _check_chat(payload: dict[str, Any], limits: BodyLimits) -> None:
+def check_chat(payload: dict[str, Any], limits: BodyLimits) -> None:
     messages = payload.get("messages")
     if isinstance(messages, list):
         if len(messages) > limits.max_messages:

@@ -18,10 +18,11 @@ from gateway.translate import (
     OpenAIToAnthropicStream,
     TranslationError,
     anthropic_sse,
+    dumps,
     openai_error_to_anthropic,
     openai_to_anthropic_response,
 )
-from gateway.translate.errors import anthropic_error_body, openai_stream_error
+from gateway.translate.errors import anthropic_error_body
 from gateway.upstream.anthropic import MAX_EVENT_BYTES
 
 log = logging.getLogger(__name__)
@@ -102,14 +103,12 @@ class AnthropicClientSend:
                 continue  # the default path relays a malformed upstream line; an Anthropic client cannot use it
             if not isinstance(chunk, dict):
                 continue
-            error = chunk.get("error")
-            if isinstance(error, dict):
-                # A stream that failed after its start: Anthropic's `error` event, and no `message_stop`.
-                out.append(anthropic_sse("error", openai_stream_error(error)))
-                continue
+            # An upstream error chunk becomes Anthropic's `error` event, which ends the stream: nothing after it,
+            # no `message_stop` (a `[DONE]` that follows it is not a clean end).
             try:
                 events = self._stream.feed(chunk)
-            except TranslationError as exc:
+            except (TranslationError, TypeError, ValueError, AttributeError) as exc:  # a chunk it cannot translate
+                self._stream.done = True
                 out.append(anthropic_sse("error", anthropic_error_body("api_error", str(exc))))
                 continue
             out.extend(anthropic_sse(event, event_data) for event, event_data in events)
@@ -123,12 +122,12 @@ def _whole(status: int, body: bytes, model: str) -> tuple[int, bytes]:
         return out_status, orjson.dumps(error)
     try:
         answer = openai_to_anthropic_response(orjson.loads(body), model=None)
-    except (orjson.JSONDecodeError, TranslationError, TypeError, ValueError, KeyError) as exc:
+        if not answer.get("model"):
+            answer["model"] = model
+        return 200, dumps(answer)
+    except (orjson.JSONDecodeError, TranslationError, TypeError, ValueError, KeyError, AttributeError) as exc:
         error = anthropic_error_body("api_error", f"The upstream's answer could not be translated: {exc}")
         return 502, orjson.dumps(error)
-    if not answer.get("model"):
-        answer["model"] = model
-    return 200, orjson.dumps(answer)
 
 
 def anthropic_refusal(status: int, message: str) -> bytes:

@@ -75,9 +75,13 @@ class SendTracker:
     async def __call__(self, message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
             self.started = True
-        elif not message.get("more_body", False):
-            self.finished = True
-        await self.send(message)
+            await self.send(message)
+        else:
+            await self.send(message)
+            # Only once it went out: a body that failed to (an Anthropic client's translation, say) leaves the
+            # response unfinished, for the last-resort error.
+            if not message.get("more_body", False):
+                self.finished = True
 
 
 def ms(t0: float) -> float:

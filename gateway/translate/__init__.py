@@ -6,6 +6,7 @@ See docs/protocols.md for what maps to what, what is dropped as harmless and wha
 from gateway.translate.anthropic import (
     anthropic_to_openai_request,
     anthropic_to_openai_response,
+    dumps,
     openai_to_anthropic_request,
     openai_to_anthropic_response,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "anthropic_sse",
     "anthropic_to_openai_request",
     "anthropic_to_openai_response",
+    "dumps",
     "openai_error_to_anthropic",
     "openai_sse",
     "openai_to_anthropic_request",

@@ -19,7 +19,14 @@ import time
 from collections.abc import Callable
 from typing import Any, Literal
 
-from gateway.translate.errors import Json, TranslationError, as_object
+import orjson
+
+from gateway.bodies import BodyLimits, estimate, structure, wide_numbers
+from gateway.translate.errors import Json, TranslationError, as_count, as_object
+
+# What one tool call's arguments may hold once parsed: the request body's own default limits.
+ARGUMENTS_MAX_VALUES = BodyLimits.max_values
+ARGUMENTS_MAX_DEPTH = BodyLimits.max_depth
 
 # The image types the Messages API accepts as base64 data.
 ANTHROPIC_IMAGE_TYPES = frozenset({"image/jpeg", "image/png", "image/gif", "image/webp"})
@@ -133,7 +140,9 @@ _ANTHROPIC_TRANSLATED = frozenset(
 def openai_to_anthropic_request(payload: Json, *, max_tokens_default: int) -> Json:
     """An OpenAI chat request as a Messages request; `max_tokens_default` fills Anthropic's required max_tokens."""
     _check_params(payload, _OPENAI_TRANSLATED, OPENAI_DROPPABLE, "Anthropic Messages")
-    system, messages = _openai_messages(_list(payload.get("messages"), "messages"))
+    listed = _list(payload.get("messages"), "messages")
+    _check_arguments_values(listed)
+    system, messages = _openai_messages(listed)
     out: Json = {"model": payload.get("model"), "messages": messages}
     if system:
         out["system"] = system[0]["text"] if len(system) == 1 else system
@@ -194,6 +203,29 @@ def _openai_sampling(payload: Json) -> Json:
     if payload.get("top_p") is not None:
         out["top_p"] = payload["top_p"]
     return out
+
+
+def _check_arguments_values(messages: list[Any]) -> None:
+    """Refuse a request whose tool-call argument strings hold more keys and values in all than one may alone
+    (each is one value to the body's limit, and parsing them builds every object they hold)."""
+    strings = [
+        (f"messages[{i}].tool_calls[{j}].function.arguments", function["arguments"].encode("utf-8", "surrogatepass"))
+        for i, message in enumerate(messages)
+        if isinstance(message, dict) and isinstance(message.get("tool_calls"), list)
+        for j, call in enumerate(message["tool_calls"])
+        if isinstance(call, dict)
+        for function in (call.get("function"),)
+        if isinstance(function, dict) and isinstance(function.get("arguments"), str)
+    ]
+    if sum(estimate(raw) for _, raw in strings) <= ARGUMENTS_MAX_VALUES:
+        return
+    total = 0
+    for path, raw in strings:
+        total += structure(raw, ARGUMENTS_MAX_VALUES)[0]
+        if total > ARGUMENTS_MAX_VALUES:
+            raise TranslationError(
+                path, f"Tool-call arguments may hold at most {ARGUMENTS_MAX_VALUES:,} keys and values, in all calls."
+            )
 
 
 def _openai_messages(messages: list[Any]) -> tuple[list[Json], list[Json]]:
@@ -325,16 +357,52 @@ def _openai_tool_use(call: Any, path: str) -> Json:
 
 
 def parse_arguments(arguments: Any, path: str) -> Json:
-    """Tool-call arguments (a JSON string) as the object Anthropic's `input` must be; "" means no arguments."""
+    """Tool-call arguments (a JSON string) as the object Anthropic's `input` must be; "" means no arguments.
+
+    A string is one value to the body's own limits, so its contents meet the same ones here before they become
+    objects: strict JSON (no NaN), at most ARGUMENTS_MAX_VALUES keys and values and ARGUMENTS_MAX_DEPTH levels. An
+    integer beyond 64 bits stays exact (orjson would read it as a float): write the result with `dumps`.
+    """
     if arguments is None or arguments == "":
         return {}
+    where = f"{path}.function.arguments"
+    if not isinstance(arguments, str):
+        raise TranslationError(where, "Tool-call arguments must be a JSON object.")
+    raw = arguments.encode("utf-8", "surrogatepass")
+    if estimate(raw) > ARGUMENTS_MAX_VALUES and structure(raw, ARGUMENTS_MAX_VALUES)[0] > ARGUMENTS_MAX_VALUES:
+        raise TranslationError(where, f"Tool-call arguments may hold at most {ARGUMENTS_MAX_VALUES:,} keys and values.")
     try:
-        parsed = json.loads(arguments) if isinstance(arguments, str) else None
-    except ValueError:
+        parsed = orjson.loads(raw)
+    except orjson.JSONDecodeError:
         parsed = None
     if not isinstance(parsed, dict):
-        raise TranslationError(f"{path}.function.arguments", "Tool-call arguments must be a JSON object.")
+        raise TranslationError(where, "Tool-call arguments must be a JSON object.")
+    if _deeper_than(parsed, ARGUMENTS_MAX_DEPTH):
+        raise TranslationError(where, f"Tool-call arguments may nest at most {ARGUMENTS_MAX_DEPTH} levels.")
+    if wide_numbers(raw):
+        exact: Json = json.loads(arguments)  # valid JSON of bounded depth (orjson read it): its integers exact
+        return exact
     return parsed
+
+
+def dumps(value: Any) -> bytes:
+    """`value` as JSON bytes: orjson's, or json's when it holds an integer beyond 64 bits (tool-call arguments
+    parsed by `parse_arguments`), which orjson cannot write."""
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError:
+        return json.dumps(value, separators=(",", ":")).encode()  # ASCII: a lone surrogate is escaped, not an error
+
+
+def _deeper_than(value: Json, limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if type(item) is dict else item
+        stack.extend((child, depth + 1) for child in children if type(child) is dict or type(child) is list)
+    return False
 
 
 def _openai_tool_result(message: Json, path: str) -> Json:
@@ -483,7 +551,10 @@ def _text(block: Json, path: str) -> str:
 def _anthropic_image(block: Json, path: str) -> Json:
     source = as_object(block.get("source"))
     if source.get("type") == "base64":
-        url = f"data:{source.get('media_type')};base64,{source.get('data')}"
+        media, data = source.get("media_type"), source.get("data")
+        if not isinstance(media, str) or not media or not isinstance(data, str):
+            raise TranslationError(f"{path}.source", "A base64 image source needs a string media_type and data.")
+        url = f"data:{media};base64,{data}"
     elif source.get("type") == "url" and isinstance(source.get("url"), str):
         url = source["url"]
     else:
@@ -598,9 +669,10 @@ def anthropic_to_openai_response(body: Json, *, model: str | None = None, create
 
 def anthropic_usage_to_openai(usage: Json) -> Json:
     """OpenAI's prompt_tokens include cached tokens; Anthropic's input_tokens exclude cache reads and writes."""
-    cached = int(usage.get("cache_read_input_tokens") or 0)
-    prompt = int(usage.get("input_tokens") or 0) + int(usage.get("cache_creation_input_tokens") or 0) + cached
-    completion = int(usage.get("output_tokens") or 0)
+    cached = max(as_count(usage.get("cache_read_input_tokens")), 0)
+    prompt = max(as_count(usage.get("input_tokens")), 0) + max(as_count(usage.get("cache_creation_input_tokens")), 0)
+    prompt += cached
+    completion = max(as_count(usage.get("output_tokens")), 0)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
@@ -611,10 +683,10 @@ def anthropic_usage_to_openai(usage: Json) -> Json:
 
 def openai_usage_to_anthropic(usage: Json) -> Json:
     """The reverse of `anthropic_usage_to_openai`: cached prompt tokens are reported as cache reads."""
-    cached = int(as_object(usage.get("prompt_tokens_details")).get("cached_tokens") or 0)
+    cached = max(as_count(as_object(usage.get("prompt_tokens_details")).get("cached_tokens")), 0)
     return {
-        "input_tokens": max(int(usage.get("prompt_tokens") or 0) - cached, 0),
-        "output_tokens": int(usage.get("completion_tokens") or 0),
+        "input_tokens": max(as_count(usage.get("prompt_tokens")) - cached, 0),
+        "output_tokens": max(as_count(usage.get("completion_tokens")), 0),
         "cache_read_input_tokens": cached,
     }
 

@@ -9,8 +9,9 @@ client's retry logic behaves as it would against the provider it thinks it is ta
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 Json = dict[str, Any]
 
@@ -74,6 +75,16 @@ def as_object(value: Any) -> Json:
     return value if isinstance(value, dict) else {}
 
 
+def as_count(value: Any, default: int = 0) -> int:
+    """`value` if it is a whole number (a float with no fraction too), else `default`: a malformed count or index
+    from an upstream reads as absent instead of failing the translation."""
+    if type(value) is int:
+        return value
+    if type(value) is float and value.is_integer():
+        return int(value)
+    return default
+
+
 def anthropic_error_body(kind: str, message: str) -> Json:
     """An error in the Anthropic shape: `{"type": "error", "error": {"type", "message"}}`."""
     return {"type": "error", "error": {"type": kind, "message": message}}
@@ -133,8 +144,8 @@ def _parse(body: bytes | Json) -> Json | None:
     if isinstance(body, dict):
         return body
     try:
-        parsed = json.loads(body)
-    except ValueError:
+        parsed = orjson.loads(body)  # bounded depth (a deeply nested body is not JSON to it), unlike json's
+    except orjson.JSONDecodeError:
         return None
     return parsed if isinstance(parsed, dict) else None
 

@@ -21,7 +21,14 @@ from gateway.translate.anthropic import (
     dump_arguments,
     openai_usage_to_anthropic,
 )
-from gateway.translate.errors import Json, TranslationError, anthropic_stream_error, as_object, openai_stream_error
+from gateway.translate.errors import (
+    Json,
+    TranslationError,
+    anthropic_stream_error,
+    as_count,
+    as_object,
+    openai_stream_error,
+)
 
 Event = tuple[str, Json]
 
@@ -89,7 +96,7 @@ class AnthropicToOpenAIStream:
         if block.get("type") != "tool_use":
             return []  # thinking and server-tool blocks have no OpenAI delta
         position = len(self._tool_index)
-        self._tool_index[int(data.get("index", 0))] = position
+        self._tool_index[as_count(data.get("index"))] = position
         call = {
             "index": position,
             "id": block.get("id"),
@@ -105,7 +112,7 @@ class AnthropicToOpenAIStream:
         delta = as_object(data.get("delta"))
         if delta.get("type") == "text_delta" and delta.get("text"):
             return [self._chunk({"content": delta["text"]})]
-        position = self._tool_index.get(int(data.get("index", 0)))
+        position = self._tool_index.get(as_count(data.get("index")))
         if delta.get("type") == "input_json_delta" and position is not None and delta.get("partial_json"):
             return [
                 self._chunk({"tool_calls": [{"index": position, "function": {"arguments": delta["partial_json"]}}]})
@@ -167,6 +174,7 @@ class OpenAIToAnthropicStream:
         self._next_index = 0
         self._open: tuple[str, int] | None = None  # ("text", -1) or ("tool", OpenAI tool index)
         self._tools_seen: set[int] = set()
+        self._refused = False
 
     def feed(self, chunk: Json) -> list[Event]:
         if self.done:
@@ -177,8 +185,9 @@ class OpenAIToAnthropicStream:
         events = self._start(chunk)
         if isinstance(chunk.get("usage"), dict):
             self._usage = chunk["usage"]
-        for choice in chunk.get("choices") or []:
-            if choice.get("index", 0) == 0:
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else ():
+            if isinstance(choice, dict) and choice.get("index", 0) == 0:
                 events.extend(self._choice(choice))
         if self.stop_reason is not None and self._usage is not None:
             events.extend(self._end())
@@ -214,13 +223,15 @@ class OpenAIToAnthropicStream:
             if isinstance(text, str) and text:
                 events.extend(self._text(text))
         if delta.get("refusal"):
-            self.stop_reason = "refusal"
-        for j, call in enumerate(delta.get("tool_calls") or []):
-            events.extend(self._tool(call, j))
+            self._refused = True  # the stop reason once the choice finishes: more of the refusal may follow
+        calls = delta.get("tool_calls")
+        for j, call in enumerate(calls if isinstance(calls, list) else ()):
+            if isinstance(call, dict):
+                events.extend(self._tool(call, j))
         finish = choice.get("finish_reason")
         if finish:
             events.extend(self._close())
-            self.stop_reason = self.stop_reason or FINISH_TO_STOP.get(finish, "end_turn")
+            self.stop_reason = "refusal" if self._refused else FINISH_TO_STOP.get(finish, "end_turn")
         return events
 
     def _text(self, text: str) -> list[Event]:
@@ -229,7 +240,7 @@ class OpenAIToAnthropicStream:
         return [*events, ("content_block_delta", {"type": "content_block_delta", "index": self._index, "delta": delta})]
 
     def _tool(self, call: Json, j: int) -> list[Event]:
-        position = int(call.get("index", j))
+        position = as_count(call.get("index"), j)
         function = as_object(call.get("function"))
         events: list[Event] = []
         if position not in self._tools_seen:
@@ -274,7 +285,8 @@ class OpenAIToAnthropicStream:
     def _end(self) -> list[Event]:
         self.done = True
         usage = openai_usage_to_anthropic(self._usage or {})
-        delta = {"stop_reason": self.stop_reason or "end_turn", "stop_sequence": None}
+        stop = self.stop_reason or ("refusal" if self._refused else "end_turn")
+        delta = {"stop_reason": stop, "stop_sequence": None}
         return [
             *self._close(),
             ("message_delta", {"type": "message_delta", "delta": delta, "usage": usage}),

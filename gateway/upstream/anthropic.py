@@ -20,6 +20,7 @@ from gateway.translate import (
     TranslationError,
     anthropic_error_to_openai,
     anthropic_to_openai_response,
+    dumps,
     openai_sse,
     openai_to_anthropic_request,
 )
@@ -65,7 +66,7 @@ class AnthropicAdapter(HttpAdapter):
         del payload
         if isinstance(body, RequestBody):
             body.sent()  # the translated copy goes upstream; the client's bytes are no longer needed here
-        raw = await self.send(orjson.dumps(translated), connect_timeout=connect_timeout)
+        raw = await self.send(dumps(translated), connect_timeout=connect_timeout)
         kept = [(k, v) for k, v in raw.headers if k.lower() in _KEEP]
         if stream and raw.status == 200:
             return UpstreamResponse(200, [_SSE, *kept], stream=_translated(raw, served, include_usage))

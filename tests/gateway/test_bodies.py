@@ -13,7 +13,7 @@ import orjson
 import pytest
 
 from gateway.app import GatewayApp
-from gateway.bodies import BodyBudget, BodyError, BodyLimits, parse_body, structure
+from gateway.bodies import BodyBudget, BodyError, BodyLimits, parse_body, structure, wide_numbers
 from gateway.config import ConfigHolder
 from gateway.logsink import LogSink
 from health.breaker.factory import build_engine
@@ -220,6 +220,20 @@ def test_a_number_a_re_serialised_body_would_change_is_refused_on_a_route_that_r
     assert [r.status_code for r in (wide, tiny, plain, direct)] == [400, 400, 200, 200]
     assert wide.json()["error"]["code"] == tiny.json()["error"]["code"] == "number_out_of_range"
     assert world.sim.last_bodies["backup"] == raw % (b"claude", b"18446744073709551616")
+
+
+@pytest.mark.parametrize(
+    ("raw", "wide"),
+    [
+        (b'{"n": 18446744073709551616}', True),  # 2**64: a float to orjson
+        (b'{"n": -9223372036854775809}', True),  # -2**63 - 1, nineteen digits: a float to orjson too
+        (b'{"n": 1.5e-400}', True),
+        (b'{"n": 9223372036854775807, "m": -922337203685477580}', False),  # integers orjson reads exactly
+        (b'{"s": "-9223372036854775809 and 18446744073709551616"}', False),  # in a string: kept as written
+    ],
+)
+def test_wide_numbers_finds_every_number_orjson_reads_as_another(raw, wide):
+    assert wide_numbers(raw) is wide
 
 
 @pytest.mark.parametrize(
