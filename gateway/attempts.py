@@ -14,6 +14,7 @@ bytes; the request's log record is handed over once, also before them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import re
 import time
@@ -64,6 +65,8 @@ _ONE_ATTEMPT = (b"x-vidai-attempts", b"1")
 # The client's status for a call that got no response, by the transport's kind (else 502).
 _STATUS_OF_KIND = {"timeout": 504, "pool_full": 503}
 _NOT_RETRYABLE_STATUS = 400  # what the breaker is told of an error event it must not count
+# How long a stream's body may go on after its [DONE] (policy on) before the client's stream ends without it.
+AFTER_DONE_SECONDS = 1.0
 
 
 class _Report:
@@ -104,6 +107,7 @@ class _Failure:
     message: str
     response: UpstreamResponse | None = None  # an error response, returned unchanged on giving up
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)  # its attribution headers
+    event: dict[str, Any] | None = None  # an error event the stream sent instead, relayed as it came on giving up
 
 
 @dataclass(slots=True)
@@ -378,22 +382,25 @@ class AttemptLoop:
             if pending:
                 seen.scan(call, pending)  # a last line the upstream did not end
         except (UpstreamError, TimeoutError) as exc:
-            kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
-            message = exc.message if isinstance(exc, UpstreamError) else "the upstream exceeded the deadline"
-            attempt["error"], attempt["duration_ms"] = kind, ms(t0)
-            if sending:
-                report(Outcome.cancelled())  # the client, not the provider, held the stream past its deadline
-            else:
-                report(Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
-            if not started:
-                # Nothing was committed yet: answer with a plain error status.
-                status = _STATUS_OF_KIND.get(kind, 502)
-                call.status, call.error_kind = status, kind
-                self._log(call)
-                await respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
+            if not (started and (_DONE in tail or seen.finished)):
+                kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
+                message = exc.message if isinstance(exc, UpstreamError) else "the upstream exceeded the deadline"
+                attempt["error"], attempt["duration_ms"] = kind, ms(t0)
+                if sending:
+                    report(Outcome.cancelled())  # the client, not the provider, held the stream past its deadline
+                else:
+                    report(Outcome.timeout() if kind == "timeout" else Outcome.connection_error())
+                if not started:
+                    # Nothing was committed yet: answer with a plain error status.
+                    status = _STATUS_OF_KIND.get(kind, 502)
+                    call.status, call.error_kind = status, kind
+                    self._log(call)
+                    await respond(send, status, openai_error(message, kind="upstream_error", code=kind), extra=headers)
+                    return
+                await self._end_interrupted(call, send, f"The upstream stream was interrupted: {message}")
                 return
-            await self._end_interrupted(call, send, f"The upstream stream was interrupted: {message}")
-            return
+            # Else cut, or held open until a timeout, after the answer's finish reason or [DONE] went by: the
+            # answer is whole, and ends as one below.
         except asyncio.CancelledError:
             attempt["error"], attempt["duration_ms"] = "cancelled", ms(t0)
             raise
@@ -459,7 +466,11 @@ class AttemptLoop:
         """Attempts until one answers or the planner gives up. The body stays in memory until the end."""
         original = call.raw
         call.raw = b""
-        loop_deadline = asyncio.get_running_loop().time() + min(self.deadline, policy.deadline_seconds)
+        if self.deadline < policy.deadline_seconds:
+            # The gateway's own deadline is the shorter: the planner must know it too, or it schedules a wait (a
+            # backoff, a Retry-After) whose attempt would start after it.
+            policy = dataclasses.replace(policy, deadline_seconds=self.deadline)
+        loop_deadline = asyncio.get_running_loop().time() + policy.deadline_seconds
         stream = _Stream() if call.stream else None
         failures: list[_Failure] = []
         action: Call | Continue | GiveUp = Call(target, started)
@@ -599,6 +610,7 @@ class AttemptLoop:
         idle = provider.idle_timeout or policy.idle_timeout_seconds
         progress = _Progress()
         usage_before = len(stream.usage) if stream is not None else 0
+        finished_before = stream is not None and (stream.done or stream.finished)
         loop = asyncio.get_running_loop()
         t0 = time.perf_counter()
         response: UpstreamResponse | None = None
@@ -625,21 +637,26 @@ class AttemptLoop:
             attempt = Attempt(target, FailureClass.INVALID_REQUEST, at, status=400)
             return _Failure(attempt, "untranslatable", str(exc), response=refusal, headers=headers)
         except UpstreamError as exc:
-            kind = "connect_timeout" if exc.connect_timeout else exc.kind
-            return self._failed(record, report, target, at, kind, exc.message, headers, t0, stream, progress)
+            if not _ended_after_answer(stream, finished_before):
+                kind = "connect_timeout" if exc.connect_timeout else exc.kind
+                return self._failed(record, report, target, at, kind, exc.message, headers, t0, stream, progress)
         except TimeoutError:
-            if loop.time() >= loop_deadline:
-                kind, message = "deadline", "The request's deadline passed."
-            elif progress.content:
-                kind, message = "idle_timeout", f"{target.provider} sent nothing for {idle:g} s."
-            else:
-                kind, message = "first_token_timeout", f"{target.provider} sent no token within {first_token:g} s."
-            # A deadline that passed while the client was reading is not the provider's: not counted.
-            blame = Outcome.cancelled() if progress.sending else None
-            return self._failed(record, report, target, at, kind, message, headers, t0, stream, progress, blame=blame)
+            if not _ended_after_answer(stream, finished_before):
+                if loop.time() >= loop_deadline:
+                    kind, message = "deadline", "The request's deadline passed."
+                elif progress.content:
+                    kind, message = "idle_timeout", f"{target.provider} sent nothing for {idle:g} s."
+                else:
+                    kind, message = "first_token_timeout", f"{target.provider} sent no token within {first_token:g} s."
+                # A deadline that passed while the client was reading is not the provider's: not counted.
+                blame = Outcome.cancelled() if progress.sending else None
+                return self._failed(
+                    record, report, target, at, kind, message, headers, t0, stream, progress, blame=blame
+                )
         finally:
             if response is not None and response.stream is not None:
                 await _close(response.stream)
+        assert response is not None  # a fault before the response is never an answer that ended whole
         if response.stream is None:
             record["duration_ms"] = ms(t0)
             return await self._answered(call, send, response, headers, record, report, target, at, stream)
@@ -689,10 +706,12 @@ class AttemptLoop:
         record["error"], record["duration_ms"] = kind, ms(t0)
         if progress.malformed:
             record["malformed_events"] = progress.malformed
-        failure = classify(None, kind, body)
+        # An error event is classed by its body alone, as on the default path (one of no known type: server_error).
+        failure = classify(None, None if body is not None else kind, body)
         report(blame or _outcome_of(kind, failure))
         delivered = stream is not None and stream.committed
-        return _Failure(Attempt(target, failure, at, delivered=delivered), kind, message, headers=headers)
+        event = body if kind == "error_event" else None
+        return _Failure(Attempt(target, failure, at, delivered=delivered), kind, message, headers=headers, event=event)
 
     async def _answered(
         self,
@@ -787,7 +806,7 @@ class AttemptLoop:
                 if not isinstance(event, dict):
                     progress.malformed += 1
                     continue
-                if "error" in event:
+                if isinstance(event.get("error"), dict):  # `"error": null` in an ordinary chunk is no error
                     progress.error = event
                     break
                 encoded = self._event(stream, event, continuation, payload)
@@ -810,7 +829,11 @@ class AttemptLoop:
                 progress.sending = False
             if progress.error is not None:
                 return
-            if progress.content:
+            if stream.done:
+                # The answer is whole: the body's end is due at once, and an upstream that holds it open is given
+                # a moment, not the idle timeout, before the client's stream ends (see `_ended_after_answer`).
+                timer.reschedule(loop.time() + min(idle, AFTER_DONE_SECONDS))
+            elif progress.content:
                 timer.reschedule(loop.time() + idle)
 
     def _event(self, stream: _Stream, event: dict[str, Any], continuation: bool, payload: bytes) -> bytes | None:
@@ -825,8 +848,7 @@ class AttemptLoop:
             if counted is not None:
                 stream.usage.append(counted)
         if not continuation:
-            if stream.ident is None:
-                stream.ident = event.get("id")
+            stream.ident = event.get("id")  # of the part the client gets, whose events go as they came
         if isinstance(delta, dict):
             content = delta.get("content")
             if isinstance(content, str) and content:
@@ -850,9 +872,9 @@ class AttemptLoop:
     async def _give_up(
         self, call: Exchange, send: Any, action: GiveUp, failures: list[_Failure], stream: _Stream | None
     ) -> None:
-        """The client gets the failure the planner names: the provider's own error response unchanged, a
-        gateway error for a transport failure, or, once a stream has started, an error event naming the
-        failure that broke it (never [DONE])."""
+        """The client gets the failure the planner names: the provider's own error response unchanged (an error
+        event in a stream of its own), a gateway error for a transport failure, or, once a stream has started, an
+        error event naming the failure that broke it (never [DONE])."""
         chosen = next((f for f in failures if f.attempt is action.last_failure), failures[-1])
         if stream is not None and stream.committed:
             if stream.usage:
@@ -860,6 +882,15 @@ class AttemptLoop:
             await self._end_interrupted(
                 call, send, f"The upstream stream was interrupted: {chosen.message}", code=_stream_code(chosen.kind)
             )
+            return
+        if stream is not None and chosen.event is not None:
+            # The provider's own error event, before any answer: relayed as it came, in a stream, as the default path
+            # does (a gateway 502 would lose its type, and clients retry it).
+            await self._commit(call, send, chosen.headers, stream)
+            call.error_kind = "error_event"
+            self._log(call)
+            event = b"data: " + orjson.dumps(chosen.event) + b"\n\n"
+            await send({"type": "http.response.body", "body": event, "more_body": False})
             return
         extra = [*chosen.headers, _attempts(call)]
         response = chosen.response
@@ -1023,6 +1054,12 @@ def _next_label(action: Call | Continue | GiveUp, failure: _Failure) -> str:
     if isinstance(action, Continue):
         return "continue"
     return "retry" if action.target.key == failure.attempt.target.key else "move_on"
+
+
+def _ended_after_answer(stream: _Stream | None, finished_before: bool) -> bool:
+    """A stream cut, or held open past its end, after this attempt relayed its finish reason or [DONE]: the
+    answer is whole, and the attempt ends as a success (never continued, nor counted against the provider)."""
+    return stream is not None and not finished_before and (stream.done or stream.finished)
 
 
 def _error_event(chunk: bytes) -> dict[str, Any] | None:

@@ -188,7 +188,7 @@ def retry_after(headers: Mapping[str, str] | Iterable[tuple[Any, Any]], now: flo
     raw = values.get("retry-after")
     if not raw:
         return None
-    if raw.isdigit():
+    if raw.isascii() and raw.isdigit():  # str.isdigit takes "²" too, which float() refuses
         return float(raw)
     try:
         when = parsedate_to_datetime(raw)
