@@ -43,6 +43,10 @@ class ConfigHolder:
         self._full_rebuild_seconds = full_rebuild_seconds
         self._last_build = time.monotonic()
         self._wanted = 0  # highest version announced
+        # Redis's version counter as last read. The poll compares with it, not with the snapshot's version: that one
+        # is this process's own count (a wake with no version adds one to it), and the counter starts again from
+        # nothing when Redis does.
+        self._last_remote: int | None = None
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
@@ -112,11 +116,8 @@ class ConfigHolder:
                 return
             self._wake.clear()
             if not woke:
-                remote = self._remote_version()
                 stale = time.monotonic() - self._last_build >= self._full_rebuild_seconds
-                if remote > (self.current.version if self.current else -1):
-                    self._wanted = max(self._wanted, remote)
-                elif not self.last_error and not stale:
+                if not self._remote_changed() and not self.last_error and not stale:
                     continue
             delay = 0.05
             while not self.reload() and not self._stop.is_set():
@@ -125,19 +126,36 @@ class ConfigHolder:
                 delay = min(delay * 2, self._retry_seconds)
 
     # -- Redis ---------------------------------------------------------------------
-    def _remote_version(self) -> int:
+    def _remote_changed(self) -> bool:
+        """Whether a change was published that this process may have missed: Redis's counter moved since it was
+        last read (without Redis: a version announced in-process and not yet built)."""
         if not self._redis_url:
+            return self._wanted > (self.current.version if self.current else -1)
+        before = self._last_remote
+        self._remote_version()  # updates `_last_remote` when Redis answers
+        return self._last_remote != before
+
+    def _remote_version(self) -> int:
+        """Redis's version counter (kept as the last read), or the highest version announced when it is unknown."""
+        value = self._read_remote()
+        if value is None:
             return self._wanted
+        self._last_remote = value
+        self._wanted = max(self._wanted, value)
+        return value
+
+    def _read_remote(self) -> int | None:
+        if not self._redis_url:
+            return None
         try:
             if self._version_client is None:
                 import redis
 
                 # Kept: a client per poll would open a connection each time and leave it to the cyclic collector.
                 self._version_client = redis.Redis.from_url(self._redis_url, socket_timeout=1, socket_connect_timeout=1)
-            value = self._version_client.get(VERSION_KEY)
-            return int(value or 0)
+            return int(self._version_client.get(VERSION_KEY) or 0)
         except Exception:  # noqa: BLE001 - Redis away: the poll tries again
-            return self._wanted
+            return None
 
     def _listen_redis(self) -> None:
         import redis

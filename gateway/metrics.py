@@ -41,6 +41,7 @@ from catalog.keys import key_hash
 from core.networks import METRICS_FORBIDDEN_TEXT, address_allowed
 from gateway.config import ConfigHolder
 from gateway.logsink import LogSink
+from gateway.resilience import TIMEOUT_KINDS
 from health.breaker.base import BreakerEngine
 from health.breaker.types import EventKind, State
 
@@ -464,10 +465,15 @@ def _status(status: int) -> str:
 
 def _outcome(attempt: dict[str, Any]) -> str:
     """timeout, connection_error, cancelled or credential_unavailable; else the status class (429 on its own:
-    rate limiting is a failure the breaker counts)."""
+    rate limiting is a failure the breaker counts). The resilience policy's attempts name their error more
+    finely (an error status, a timeout by the timer that fired, a cut): the same classes."""
     error = attempt["error"]
-    if error:
-        return str(error) if error in _ERRORS else OTHER
+    if error and error != "upstream_status":
+        if error in _ERRORS:
+            return str(error)
+        if error in TIMEOUT_KINDS:
+            return "timeout"
+        return "connection_error" if error in _CUTS else OTHER
     status = attempt["status"]
     if status is None:
         return OTHER
@@ -475,6 +481,7 @@ def _outcome(attempt: dict[str, Any]) -> str:
 
 
 _ERRORS = frozenset({"timeout", "connection_error", "cancelled", "credential_unavailable"})
+_CUTS = frozenset({"stream_incomplete", "stream_interrupted"})  # what the breaker hears as a connection error
 
 
 def _alive(pid: int) -> bool:

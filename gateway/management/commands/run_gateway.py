@@ -77,13 +77,14 @@ def uvicorn_argv(host: str, port: int, workers: int) -> list[str]:
 
 def metrics_dir() -> str:
     """A fresh prometheus_client multiprocess directory for this start, named after this process (uvicorn keeps
-    its pid: the command execs it). Directories of earlier starts whose process is gone are removed."""
+    its pid: the command execs it). Directories of earlier starts whose process is gone are removed, and one named
+    after this very pid too: an earlier start of a process that had it (pid 1, in a restarted container)."""
     parent = Path(settings.VAR_DIR) / "gateway-metrics"
     try:
         parent.mkdir(parents=True, exist_ok=True)
         for old in parent.glob("run-*"):
             pid = old.name.split("-")[1]
-            if pid.isdigit() and not _alive(int(pid)):
+            if pid.isdigit() and (int(pid) == os.getpid() or not _alive(int(pid))):
                 shutil.rmtree(old, ignore_errors=True)
         return tempfile.mkdtemp(prefix=f"run-{os.getpid()}-", dir=parent)
     except OSError:
