@@ -152,7 +152,7 @@ def openai_to_anthropic_request(payload: Json, *, max_tokens_default: int) -> Js
     if stop:
         out["stop_sequences"] = [stop] if isinstance(stop, str) else _list(stop, "stop")
     if payload.get("stream") is not None:
-        out["stream"] = bool(payload["stream"])
+        out["stream"] = _boolean(payload["stream"], "stream")
     if payload.get("tools"):
         out["tools"] = [_openai_tool(tool, f"tools[{i}]") for i, tool in enumerate(_list(payload["tools"], "tools"))]
     choice = _openai_tool_choice(payload.get("tool_choice"), payload.get("parallel_tool_calls"))
@@ -203,6 +203,14 @@ def _openai_sampling(payload: Json) -> Json:
     if payload.get("top_p") is not None:
         out["top_p"] = payload["top_p"]
     return out
+
+
+def _boolean(value: Any, param: str) -> bool:
+    """A flag both APIs type as a boolean: anything else (a truthy 1, "true") is refused, not read as one way by
+    the gateway (which streams only for `true`) and another by the upstream."""
+    if not isinstance(value, bool):
+        raise TranslationError(param, f"'{param}' must be a boolean.")
+    return value
 
 
 def _check_arguments_values(messages: list[Any]) -> None:
@@ -475,7 +483,7 @@ def anthropic_to_openai_request(
             out[param] = payload[param]
     if payload.get("stop_sequences"):
         out["stop"] = list(_list(payload["stop_sequences"], "stop_sequences"))
-    if payload.get("stream"):
+    if payload.get("stream") is not None and _boolean(payload["stream"], "stream"):
         out["stream"] = True
         out["stream_options"] = {"include_usage": True}
     if payload.get("tools"):

@@ -425,3 +425,23 @@ def test_a_base64_image_without_media_type_or_data_is_refused_not_sent_as_data_n
     with pytest.raises(TranslationError) as refused:
         anthropic_to_openai_request(payload)
     assert refused.value.param == "messages[0].content[0].source"
+
+
+@pytest.mark.parametrize("flag", [1, "true", []])
+def test_a_stream_flag_that_is_no_boolean_is_refused_by_both_translations(flag):
+    """The gateway streams only for `true`; a translation that read `1` as true made the upstream stream an answer
+    the gateway then read as a whole one (a 502, charged to the provider)."""
+    openai_request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": flag}
+    anthropic_request = {**openai_request, "max_tokens": 10}
+    with pytest.raises(TranslationError) as to_anthropic:
+        openai_to_anthropic_request(openai_request, max_tokens_default=64)
+    with pytest.raises(TranslationError) as to_openai:
+        anthropic_to_openai_request(anthropic_request)
+    assert to_anthropic.value.param == to_openai.value.param == "stream"
+
+
+def test_a_stream_flag_of_false_or_true_translates_as_itself():
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 10}
+    assert openai_to_anthropic_request({**request, "stream": False}, max_tokens_default=64)["stream"] is False
+    assert anthropic_to_openai_request({**request, "stream": True})["stream"] is True
+    assert "stream" not in anthropic_to_openai_request({**request, "stream": False})
