@@ -3,7 +3,6 @@ a re-serialisation would change, malformed upstream chunks and error bodies, an 
 a refusal streamed with usage in every chunk, a base64 image without its fields. Each is a clear refusal or an answer
 in the client's own shape, never a crash (a 500, the provider blamed for it, or no answer at all)."""
 
-import asyncio
 from typing import Any
 
 import orjson
@@ -22,6 +21,7 @@ from gateway.translate import (
 )
 from gateway.upstream.anthropic import AnthropicAdapter
 from gateway.upstream.transport import FastTransport
+from tests.servers import run_async
 
 pytestmark = pytest.mark.db_independent
 
@@ -41,7 +41,7 @@ def _drive(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for message in messages:
             await client(message)
 
-    asyncio.run(run())
+    run_async(run())
     return out
 
 
@@ -140,7 +140,7 @@ def _adapter_chat(payload: dict[str, Any]) -> bytes:
 
     adapter.send = fake_send  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="stop here"):
-        asyncio.run(adapter.chat(orjson.dumps(payload), stream=False, model="claude", max_tokens_default=64))
+        run_async(adapter.chat(orjson.dumps(payload), stream=False, model="claude", max_tokens_default=64))
     return sent[0]
 
 
@@ -361,7 +361,7 @@ def _post(app, path: str, payload: dict[str, Any]) -> tuple[int, bytes]:
         "headers": [(b"authorization", b"Bearer secret"), (b"content-length", str(len(raw)).encode())],
         "extensions": {"controlplane.disconnect_hooks": []},
     }
-    asyncio.run(app.handle(scope, receive, send))
+    run_async(app.handle(scope, receive, send))
     assert out, "the ASGI app returned without sending any response (the server answers a plain-text 500)"
     return out[0]["status"], b"".join(m.get("body", b"") for m in out[1:])
 
