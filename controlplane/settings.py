@@ -158,6 +158,12 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "transaction_mode": "IMMEDIATE",
     }
 
+elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+    # libpq waits for a connection as long as the kernel does (minutes, when packets to the database are dropped):
+    # the gateway's snapshot rebuild and its shutdown, and every console request, would wait with it. A
+    # `connect_timeout` in DATABASE_URL's query wins.
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("connect_timeout", env_int("DB_CONNECT_TIMEOUT", 5))
+
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 if REDIS_URL:

@@ -64,3 +64,15 @@ def test_database_url_selects_postgres(tmp_path):
     )
 
     assert result.stdout.strip() == "django.db.backends.postgresql"
+
+
+def test_postgres_connections_give_up_after_a_connect_timeout(tmp_path):
+    """Five seconds unless DB_CONNECT_TIMEOUT or the URL's own `connect_timeout` says otherwise: without one, libpq
+    waited as long as the kernel did for a database whose packets are dropped."""
+    attr = "DATABASES['default']['OPTIONS']['connect_timeout']"
+    url = "postgres://u@db.example:5432/cp"
+    default = _run({"DATABASE_URL": url, "CONTROLPLANE_VAR_DIR": str(tmp_path)}, attr=attr)
+    from_env = _run({"DATABASE_URL": url, "DB_CONNECT_TIMEOUT": "2", "CONTROLPLANE_VAR_DIR": str(tmp_path)}, attr=attr)
+    from_url = _run({"DATABASE_URL": url + "?connect_timeout=9", "CONTROLPLANE_VAR_DIR": str(tmp_path)}, attr=attr)
+
+    assert [r.stdout.strip() for r in (default, from_env, from_url)] == ["5", "2", "9"]
