@@ -13,6 +13,7 @@ import redis
 from django.utils import timezone
 
 import gateway.config as config_module
+import gateway.metrics as metrics_module
 from gateway.config import ConfigHolder, wait_for_version
 from tests.gateway.resilience_helpers import FAST, rig
 from tests.gateway.test_metrics import labelled, parse
@@ -36,6 +37,28 @@ def test_resilient_retry_of_an_upstream_status_is_labelled_by_its_status_class(w
     outcomes = labelled(samples, ATTEMPTS, "provider", "model", "outcome")
     # docs/metrics.md: outcome is 2xx, 3xx, 4xx, 429, 5xx, timeout, ... -- the failed call is a `label`.
     assert outcomes == {("openai", "gpt-4o", label): 1, ("openai", "gpt-4o", "2xx"): 1}
+
+
+@pytest.mark.parametrize(
+    ("error", "status", "label"),
+    [
+        ("upstream_status", 503, "5xx"),
+        ("upstream_status", 429, "429"),
+        ("upstream_status", 404, "4xx"),
+        ("first_token_timeout", None, "timeout"),
+        ("idle_timeout", 200, "timeout"),
+        ("connect_timeout", None, "timeout"),
+        ("deadline", 200, "timeout"),
+        ("stream_incomplete", 200, "connection_error"),
+        ("stream_interrupted", 200, "connection_error"),
+        ("untranslatable", None, "other"),
+        (None, 200, "2xx"),
+    ],
+)
+def test_every_error_of_the_policys_attempts_has_the_outcome_class_of_the_default_rule(error, status, label):
+    """The resilience policy's attempts name their error finely: each counts under the class the default rule's
+    would (they were all `other` but the default rule's own kinds)."""
+    assert metrics_module._outcome({"error": error, "status": status}) == label
 
 
 # --- config: the version poll compares against a version the holder invented --------------------------------------

@@ -10,6 +10,7 @@ import pytest
 
 from gateway.bodies import BodyLimits, parse_body
 from gateway.clients import AnthropicClientSend
+from gateway.exchange import SendTracker
 from gateway.snapshot import ProviderInfo
 from gateway.translate import (
     OpenAIToAnthropicStream,
@@ -445,3 +446,24 @@ def test_a_stream_flag_of_false_or_true_translates_as_itself():
     assert openai_to_anthropic_request({**request, "stream": False}, max_tokens_default=64)["stream"] is False
     assert anthropic_to_openai_request({**request, "stream": True})["stream"] is True
     assert "stream" not in anthropic_to_openai_request({**request, "stream": False})
+
+
+def test_a_body_whose_send_fails_leaves_the_response_unfinished_for_the_last_resort_error():
+    """The tracker counted a final body as sent before it was: when the send failed (an Anthropic client's
+    translation, say), the app's last-resort error thought the response finished and sent nothing."""
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            raise ValueError("cannot be written")
+        sent.append(message)
+
+    async def run() -> tuple[bool, bool]:
+        tracker = SendTracker(send)
+        await tracker({"type": "http.response.start", "status": 200, "headers": []})
+        with pytest.raises(ValueError, match="cannot be written"):
+            await tracker({"type": "http.response.body", "body": b"{}"})
+        return tracker.started, tracker.finished
+
+    assert run_async(run()) == (True, False)
+    assert [m["type"] for m in sent] == ["http.response.start"]
