@@ -182,6 +182,9 @@ class GatewayApp:
                 await _respond_anthropic(send, 405, "Use POST for /v1/messages.")
                 return
             await self._chat(scope, receive, send, anthropic=True)
+        elif path.startswith("/v1/messages/"):
+            # Anthropic's other Messages endpoints (count_tokens, batches): its SDK reads an error in its own shape.
+            await _respond_anthropic(send, 404, f"Unknown endpoint {method} {path}: this gateway serves /v1/messages.")
         elif path == "/v1/models" and method == "GET":
             await self._models(scope, send)
         elif path == "/healthz":
@@ -370,7 +373,12 @@ class GatewayApp:
             )
         # Known from here on, so the log of a request refused for its other fields still says what it asked for.
         call.requested_model = model
-        call.stream = payload.get("stream") is True
+        stream = payload.get("stream")
+        if stream is not None and stream is not True and stream is not False:
+            # Read as it is, `1` or "true" would be a whole answer to the gateway and a stream to an upstream
+            # that takes any truthy value: the answer would fail here and count against the provider.
+            raise Reject(400, "Invalid type for 'stream': expected a boolean.", code="invalid_type", param="stream")
+        call.stream = stream is True
         messages = payload.get("messages")
         if not isinstance(messages, list) or not messages:
             raise Reject(

@@ -771,7 +771,15 @@ class AttemptLoop:
         # A line longer than one chunk, piece by piece: joined once its end comes, never copied per chunk.
         pieces: list[bytes] = []
         size = 0
-        async for chunk in chunks:
+        upstream = aiter(chunks)
+        ended = False
+        while not ended:
+            chunk = await anext(upstream, None)
+            if chunk is None:
+                if not pieces:
+                    return
+                # A last line the upstream did not end (its final event, or [DONE]) is read as if it had.
+                chunk, ended = b"\n", True
             if b"\n" not in chunk:
                 size += len(chunk)
                 if size > MAX_EVENT_BYTES:

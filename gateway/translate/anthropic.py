@@ -195,14 +195,17 @@ def _openai_sampling(payload: Json) -> Json:
     out: Json = {}
     temperature = payload.get("temperature")
     if temperature is not None:
-        if not isinstance(temperature, int | float) or isinstance(temperature, bool) or not 0 <= temperature <= 1:
-            raise TranslationError(
-                "temperature", "`temperature` must be between 0 and 1 when the request is served by the Anthropic API."
-            )
-        out["temperature"] = temperature
+        out["temperature"] = _anthropic_temperature(temperature, "when the request is served by the Anthropic API")
     if payload.get("top_p") is not None:
         out["top_p"] = payload["top_p"]
     return out
+
+
+def _anthropic_temperature(value: Any, where: str) -> float:
+    """A temperature in Anthropic's range, 0 to 1 (OpenAI's goes to 2): anything else is refused, never clamped."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 1:
+        raise TranslationError("temperature", f"`temperature` must be between 0 and 1 {where}.")
+    return value
 
 
 def _boolean(value: Any, param: str) -> bool:
@@ -478,9 +481,12 @@ def anthropic_to_openai_request(
     out: Json = {"model": payload.get("model"), "messages": messages}
     if payload.get("max_tokens") is not None:
         out[max_tokens_param] = payload["max_tokens"]
-    for param in ("temperature", "top_p"):
-        if payload.get(param) is not None:
-            out[param] = payload[param]
+    if payload.get("temperature") is not None:
+        # Anthropic's own range, whichever protocol serves the request: a request an OpenAI upstream would take
+        # would be refused by the chain's Anthropic entries, or by Anthropic itself.
+        out["temperature"] = _anthropic_temperature(payload["temperature"], "in an Anthropic Messages request")
+    if payload.get("top_p") is not None:
+        out["top_p"] = payload["top_p"]
     if payload.get("stop_sequences"):
         out["stop"] = list(_list(payload["stop_sequences"], "stop_sequences"))
     if payload.get("stream") is not None and _boolean(payload["stream"], "stream"):

@@ -336,3 +336,32 @@ def test_a_content_filter_error_event_is_the_providers_own_error(world):
     # which OpenAI's SDKs retry by default, whose type and code no longer said it was a content filter).
     on_error = orjson.loads(on.text.split("data: ", 1)[1])["error"]
     assert (on.status_code, on_error["type"], on.text.count("data: ")) == (200, "content_filter", 1)
+
+
+# --- A last line the upstream did not end (round twenty-nine) ------------------------------------------------
+
+
+def test_a_last_event_without_its_line_end_completes_the_answer_with_the_policy_on(world):
+    upstream = Upstream()
+
+    async def unterminated_finish(receive: Any, send: Any, body: bytes) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": SSE})
+        events = [chunk("c1", {"role": "assistant", "content": ""}), chunk("c1", {"content": "hello"})]
+        # The finish event is the body's last bytes, with no line end after it, and no [DONE].
+        last = chunk("c1", {}, "stop").rstrip(b"\n")
+        await send({"type": "http.response.body", "body": b"".join(events) + last, "more_body": False})
+
+    upstream.handlers["openai"] = unterminated_finish
+    prefill("claude")
+    with serve(upstream) as url:
+        point("openai", url)
+        with rig2(world, FAST) as r:
+            response, events = r.stream()
+            engine = r.app.engine
+            log = r.log()
+
+    # The finish event reached the client and made the answer whole: one attempt, no other model, no charge.
+    finishes = [c["choices"][0]["finish_reason"] for c in chunks(events) if c.get("choices")]
+    assert (content(events), finishes[-1], events[-1]) == ("hello", "stop", "[DONE]")
+    assert (response.headers["x-vidai-attempts"], r.calls(), engine.recorded) == ("1", {}, [("openai", "200")])
+    assert [a.get("error") for a in log.attempts] == [None]

@@ -290,6 +290,16 @@ def test_the_gateways_own_refusals_reach_the_anthropic_sdk_in_its_shape(rig):
     assert rig["sim"].requests.get("openai", 0) == 0
 
 
+def test_anthropic_endpoints_the_gateway_does_not_serve_answer_in_the_anthropic_shape(rig):
+    """count_tokens (which Anthropic clients call) is not served: the SDK must read the 404 as its own error."""
+    with pytest.raises(anthropic.NotFoundError) as caught:
+        rig["an"].messages.count_tokens(model="gpt-4o", messages=[{"role": "user", "content": "hi"}])
+    body = caught.value.body
+    assert (body["type"], body["error"]["type"]) == ("error", "not_found_error")
+    assert "/v1/messages/count_tokens" in body["error"]["message"]
+    assert rig["sim"].requests == {}
+
+
 def test_an_anthropic_request_refused_before_translation_is_logged_with_what_it_asked_for(rig):
     asked = {"max_tokens": 10, "messages": [{"role": "user", "content": "hi"}]}
     with pytest.raises(anthropic.BadRequestError):

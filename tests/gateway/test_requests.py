@@ -46,6 +46,9 @@ def sse_events(lines):
         (None, "[1, 2]", 400, "invalid_json"),
         (None, json.dumps({"messages": BODY["messages"]}), 400, "missing_model"),
         (None, json.dumps({"model": "gpt-4o"}), 400, "missing_messages"),
+        # An upstream that takes any truthy value would stream what the gateway reads as a whole answer.
+        (None, json.dumps({**BODY, "stream": 1}), 400, "invalid_type"),
+        (None, json.dumps({**BODY, "stream": "true"}), 400, "invalid_type"),
         (None, json.dumps({**BODY, "model": "gpt-99"}), 404, "model_not_found"),
         (None, json.dumps({**BODY, "pad": "x" * 70_000}), 413, "request_too_large"),
     ],

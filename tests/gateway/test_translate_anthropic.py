@@ -518,6 +518,10 @@ ANTHROPIC_REFUSALS = [
         id="file-image",
     ),
     pytest.param({"messages": [{"role": "system", "content": "x"}]}, "messages[0].role", id="system-role"),
+    # Anthropic's range is 0 to 1, whichever protocol serves the request (OpenAI's would take 1.5).
+    pytest.param({"temperature": 1.5}, "temperature", id="temperature>1"),
+    pytest.param({"temperature": -0.1}, "temperature", id="temperature<0"),
+    pytest.param({"temperature": "0.5"}, "temperature", id="temperature-string"),
 ]
 
 
