@@ -20,6 +20,7 @@ from core.types import Actor
 from core.validation import FieldErrors
 from core.validators import has_control_characters
 from health.breaker import BreakerUnavailable, CircuitSnapshot, get_engine
+from health.breaker.types import WINDOW_MAX
 from health.models import BreakerConfig, BreakerOverride, CircuitControl, CircuitEvent
 from health.selectors import CONFIG_FIELDS, BreakerConfigValues, breaker_config_get, breaker_override_list
 
@@ -31,7 +32,6 @@ LABELS = {
     "cooldown_cap_seconds": "Cooldown cap",
     "failure_status_codes": "Failure status codes",
 }
-WINDOW_MAX = 3600
 COOLDOWN_MIN = 30
 COOLDOWN_MAX = 86400
 # Far above any sensible threshold, and below the database's integer limit.

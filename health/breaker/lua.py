@@ -12,6 +12,8 @@ process shares). ARGV[2] = transition channel, ARGV[3] = provider, ARGV[4] = mod
 Every script replies with the eight circuit fields of `reply()` after its own leading values.
 """
 
+from health.breaker.types import WINDOW_MAX
+
 PRELUDE = r"""
 local function now_ms()
   if ARGV[1] ~= '' then return tonumber(ARGV[1]) end
@@ -154,6 +156,7 @@ return concat({'ignored'}, c)
 # time (ms), the window's failures and total ('' unless counted in a closed window), then the circuit.
 RECORD = (
     PRELUDE
+    + f"local KEEP_MS = {WINDOW_MAX * 1000}\n"
     + r"""
 local now = now_ms()
 local c = load()
@@ -240,8 +243,10 @@ if added == 0 then return answer('ignored') end
 local seq = redis.call('HINCRBY', KEYS[1], 'seq', 1)
 redis.call('ZADD', KEYS[2], fmt(now), seq .. ':' .. added)
 if added_failures > 0 then redis.call('ZADD', KEYS[3], fmt(now), seq .. ':' .. added_failures) end
-redis.call('PEXPIRE', KEYS[2], window)
-redis.call('PEXPIRE', KEYS[3], window)
+-- Kept as long as the longest window allowed, not this one: reads never drop events, so a window widened after
+-- a quiet spell counts what the wider window covers, as the memory engine does. Recording still trims.
+redis.call('PEXPIRE', KEYS[2], math.max(window, KEEP_MS))
+redis.call('PEXPIRE', KEYS[3], math.max(window, KEEP_MS))
 c.wt = total
 c.wf = fails
 if opened then

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import deque
+from operator import itemgetter
 
 from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine
 from health.breaker.events import EventBuffer
@@ -24,6 +26,8 @@ from health.breaker.types import (
     label_to_status,
     to_datetime,
 )
+
+_at = itemgetter(0)  # an event's time
 
 
 class _Circuit:
@@ -191,7 +195,13 @@ class MemoryEngine(BreakerEngine):
             if c.state is not State.CLOSED:
                 return
             c.tracked = True
-            c.events.append((now, failed))
+            events = c.events
+            if events and now < events[-1][0]:
+                # The wall clock stepped back (an NTP step, a resumed VM): kept in time order, which the trim and
+                # the reads rely on to stop at the first event inside the window, as Redis's sorted sets are.
+                events.insert(bisect.bisect_right(events, now, key=_at), (now, failed))
+            else:
+                events.append((now, failed))
             if failed:
                 c.failures += 1
                 self._note_failure(c, now, outcome)

@@ -73,6 +73,11 @@ _BY_ERROR = {kind: Outcome(error=kind) for kind in ErrorKind}
 DEFAULT_FAILURE_STATUS_CODES: tuple[int, ...] = (429, 500, 502, 503, 504)
 
 
+# The longest failure window the settings allow (seconds). The Redis engine keeps a circuit's window sets this long
+# after their last outcome, so a window widened after a quiet spell still counts what it covers.
+WINDOW_MAX = 3600
+
+
 @dataclass(frozen=True, slots=True)
 class BreakerSettings:
     """Effective thresholds of one circuit (the global row merged with its override)."""

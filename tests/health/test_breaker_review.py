@@ -6,8 +6,9 @@ import redis
 
 from health.breaker import ManualClock, Outcome, State
 from health.breaker.redis_backend import RedisEngine
+from health.breaker.types import WINDOW_MAX
 from tests.faults import FaultProxy
-from tests.health.conftest import M, P, redis_engine, trip
+from tests.health.conftest import M, P, config, redis_engine, trip
 
 T0 = 1_700_000_000.0
 OK = Outcome.of_status(200)
@@ -194,3 +195,56 @@ def test_console_reading_as_redis_returns_sees_the_open_circuit(redis_proxy, red
 
     assert one.state is State.OPEN
     assert [(c.provider, c.model, c.state) for c in listed] == [(P, M, State.OPEN)]
+
+
+# --- The window's events, on both engines (round twenty-nine's review) --------------------------------------
+
+FAIL = Outcome.of_status(503)
+
+
+def _call(engine, outcome: Outcome) -> None:
+    decision = engine.allow(P, M)
+    assert decision.allowed
+    engine.record(decision, outcome)
+    assert engine.flush()
+
+
+def test_window_after_the_clock_steps_back_still_drops_only_events_older_than_the_window(make_engine, clock):
+    """The embedded engine runs on the wall clock (epoch seconds, not monotonic), so an NTP step can hand record() a
+    time earlier than the last event's. The window is still "events with t <= now - window drop out", as Redis's
+    sorted sets keep it: a failure older than the window must not trip the circuit, and a read counts every event
+    inside it. The memory engine appended out of order, and its trim and reads stopped at the first event inside."""
+    engine = make_engine(config=config(failure_threshold=2, minimum_requests=1, window_seconds=60))
+    clock.set(T0 + 100)
+    _call(engine, OK)
+    clock.set(T0 + 99)  # the wall clock steps back one second
+    _call(engine, FAIL)
+    clock.set(T0 + 158)
+    read_inside = engine.get(P, M)  # the success at +100 and the failure at +99 are both within 60 s
+    clock.set(T0 + 159.5)  # the failure at +99 is now older than the window; the success at +100 is not
+    read_after = engine.get(P, M)
+    _call(engine, FAIL)
+
+    s = engine.get(P, M)
+    assert (
+        (read_inside.failure_count, read_inside.total_requests),
+        (read_after.failure_count, read_after.total_requests),
+        (s.state, s.failure_count, s.total_requests),
+    ) == ((1, 2), (0, 1), (State.CLOSED, 1, 2))
+
+
+def test_redis_keeps_the_window_sets_as_long_as_the_longest_window(redis_url, namespace, engines, clock):
+    """Reads never drop window events, so both engines agree when a window is widened again (docs/breaker.md). Redis
+    expired a circuit's window sets after the window then in force: one failure under a 1 s window, the window
+    widened to 60 s after a quiet second, and Redis counted nothing where the memory engine counted the failure.
+    The sets now live as long as the longest window the settings allow after their last outcome (Redis's own
+    expiry runs on real time, which no test clock moves: its TTL is what is read here)."""
+    engine = redis_engine(engines, redis_url, namespace, clock, config=config(window_seconds=1))
+    _call(engine, FAIL)
+    client = redis.Redis.from_url(redis_url)
+    counted, failures = engine._keys(P, M)[1:3]
+
+    ttls = (client.pttl(counted), client.pttl(failures))
+    client.close()
+
+    assert min(ttls) > (WINDOW_MAX - 60) * 1000, ttls
