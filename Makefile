@@ -42,17 +42,9 @@ run: venv
 	$(PY) manage.py seed_demo
 	$(PY) manage.py run_embedded --host $(HOST) --port $(PORT)
 
-# The two passes run side by side (they share no database; each Redis test uses keys of its own), so the suite
-# takes about as long as the PostgreSQL pass: much of each pass waits on sockets and subprocesses, not the CPU.
-# The SQLite pass's output is printed after the PostgreSQL pass's; either failing fails the target.
 test: venv
-	@log=$$(mktemp); \
-	$(MAKE) --no-print-directory test-sqlite > $$log 2>&1 & lite=$$!; \
-	$(MAKE) --no-print-directory test-pg; pg=$$?; \
-	wait $$lite; sq=$$?; \
-	echo "--- SQLite pass (run alongside) ---"; cat $$log; rm -f $$log; \
-	echo "PostgreSQL pass: exit $$pg; SQLite pass: exit $$sq"; \
-	test $$pg -eq 0 && test $$sq -eq 0
+	$(MAKE) test-pg
+	$(MAKE) test-sqlite
 
 # Full suite against PostgreSQL and Redis.
 test-pg: venv
