@@ -27,9 +27,10 @@ _PASS_DEPENDENT_FIXTURES = frozenset(
 
 
 def pytest_collection_modifyitems(config, items):
-    """make test's second pass leaves out db_independent tests: refuse the mark on a test that asks for the
-    database or Django's settings (what that pass changes), so the mark cannot hide such a test from it. Code
-    that reads django.conf.settings on its own is not seen: the mark is the module author's claim."""
+    """make test runs db_independent tests in one pass only (the SQLite one): refuse the mark on a test that asks
+    for the database or Django's settings (what the passes change), so the mark cannot hide such a test from
+    the other. Code that reads django.conf.settings on its own is not seen: the mark is the module author's
+    claim."""
     for item in items:
         if item.get_closest_marker("db_independent") is None:
             continue
