@@ -71,8 +71,13 @@ class RuleInput:
     body_format: str = BodyFormat.JSON
 
 
+def _whole(value: int | float) -> bool:
+    return isinstance(value, int) or value.is_integer()
+
+
 def _number(errors: FieldErrors, field: str, label: str, value: Any, low: float, high: float, *, whole: bool) -> Any:
-    if isinstance(value, bool) or not isinstance(value, int | float) or (whole and not float(value).is_integer()):
+    # An int is compared as it is: float() of a very large one would overflow.
+    if isinstance(value, bool) or not isinstance(value, int | float) or (whole and not _whole(value)):
         errors.add(field, f"{label} must be a {'whole ' if whole else ''}number.")
         return None
     if not low <= value <= high:

@@ -133,7 +133,11 @@ class ProviderAdmin(ServiceModelAdmin):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         if request.method == "GET":
-            current = Provider.objects.filter(pk=object_id).only("api_key").first() if object_id.isdigit() else None
+            current = (
+                Provider.objects.filter(pk=object_id).only("api_key").first()
+                if object_id.isascii() and object_id.isdigit()
+                else None
+            )
             if current is not None and isinstance(current.api_key, Undecryptable):
                 self.message_user(request, _undecryptable_message(1), messages.ERROR)
         return super().change_view(request, object_id, form_url, extra_context)

@@ -115,7 +115,7 @@ class ChainListApi(APIView):
     pagination_class = StandardPagination
 
     class FilterSerializer(serializers.Serializer):
-        search = serializers.CharField(required=False, allow_blank=True, default="")
+        search = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
         ordering = serializers.ChoiceField(
             choices=[key for name in CHAIN_ORDERINGS for key in (name, f"-{name}")],
             required=False,

@@ -101,17 +101,14 @@ def resilience_validate(mapping: Any) -> tuple[dict[str, Any], dict[str, list[st
         if isinstance(value, bool) or not isinstance(value, int | float):
             errors.setdefault(knob.name, []).append(f"Must be a number {_bounds(knob)}.")
             continue
-        if knob.kind is int:
-            if isinstance(value, float) and not value.is_integer():
-                errors.setdefault(knob.name, []).append(f"Must be a whole number {_bounds(knob)}.")
-                continue
-            value = int(value)
-        else:
-            value = float(value)
-        if not knob.minimum <= value <= knob.maximum:
-            errors.setdefault(knob.name, []).append(f"Must be {_bounds(knob)} (got {value:g}).")
+        if knob.kind is int and isinstance(value, float) and not value.is_integer():
+            errors.setdefault(knob.name, []).append(f"Must be a whole number {_bounds(knob)}.")
             continue
-        clean[knob.name] = value
+        # The bounds are checked before any conversion: float() of a very large int would overflow.
+        if not knob.minimum <= value <= knob.maximum:
+            errors.setdefault(knob.name, []).append(f"Must be {_bounds(knob)} (got {_shown(value)}).")
+            continue
+        clean[knob.name] = int(value) if knob.kind is int else float(value)
     floor, cap = clean.get("backoff_floor_ms"), clean.get("backoff_cap_ms")
     if floor is not None and cap is not None and floor > cap:
         errors.setdefault("backoff_floor_ms", []).append(
@@ -119,6 +116,13 @@ def resilience_validate(mapping: Any) -> tuple[dict[str, Any], dict[str, list[st
         )
     ordered = {name: clean[name] for name in KNOB_NAMES if name in clean}
     return ordered, errors
+
+
+def _shown(value: int | float) -> str:
+    """A refused number for its message: as %g, or in words when it is too large for a float."""
+    if isinstance(value, int) and not -(10**15) < value < 10**15:
+        return "a number of more than 15 digits"
+    return f"{value:g}"
 
 
 def resilience_effective(chain: Mapping[str, Any], defaults: Mapping[str, Any]) -> ResiliencePolicy:

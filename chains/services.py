@@ -21,6 +21,7 @@ from core.db import write_unique
 from core.errors import ConflictError, ValidationFailed
 from core.types import Actor
 from core.validation import FieldErrors, clean_name
+from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
 
 NAME_MAX = 200
 
@@ -54,6 +55,11 @@ class _Resolved:
     resilience: dict[str, Any] | None
 
 
+def _lookup_names(names: list[str]) -> set[str]:
+    """The names worth a query: trimmed, not blank, and free of control characters."""
+    return {n for n in (name.strip() for name in names) if n and not has_control_characters(n)}
+
+
 def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
     """Validate every rule and collect all field errors before raising."""
     errors = FieldErrors()
@@ -61,19 +67,23 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
     name = clean_name(errors, data.name, max_length=NAME_MAX)
 
     source_name = (data.source_model or "").strip()
+    # A name with a control character names nothing (names cannot hold one) and is not looked up: PostgreSQL
+    # refuses NUL in text, and the message would show the character.
     models_by_name = {
         m.name: m
         for m in LlmModel.objects.select_related("provider").filter(
-            name__in=[source_name, *[(e.model or "").strip() for e in data.entries]]
+            name__in=_lookup_names([source_name, *[e.model or "" for e in data.entries]])
         )
     }
     source = models_by_name.get(source_name)
     if not source_name:
         errors.add("source_model", "Source model is required and cannot be only whitespace.")
+    elif has_control_characters(source_name):
+        errors.add("source_model", CONTROL_CHARACTERS_MESSAGE)
     elif source is None:
         errors.add("source_model", f"Unknown model “{source_name}”.")
 
-    provider_names = {(e.provider or "").strip() for e in data.entries if (e.provider or "").strip()}
+    provider_names = _lookup_names([e.provider or "" for e in data.entries])
     providers = {p.name: p for p in Provider.objects.filter(name__in=provider_names)}
 
     if not data.entries:
@@ -91,6 +101,13 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
         provider = providers.get(provider_name) if provider_name else None
         if not model_name:
             errors.add(f"{field}.model", f"Entry {i + 1}: model is required and cannot be only whitespace.")
+            continue
+        unreadable = [
+            part for part, n in (("model", model_name), ("provider", provider_name)) if has_control_characters(n)
+        ]
+        for part in unreadable:
+            errors.add(f"{field}.{part}", f"Entry {i + 1}: {CONTROL_CHARACTERS_MESSAGE}")
+        if unreadable:
             continue
         if model is None:
             errors.add(f"{field}.model", f"Entry {i + 1}: unknown model “{model_name}”.")

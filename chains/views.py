@@ -2,11 +2,10 @@
 
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.contrib import messages
 from django.core.paginator import Paginator
-from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
@@ -62,10 +61,11 @@ from chains.services import (
     resilience_defaults_update,
 )
 from core.errors import ConflictError, ValidationFailed
-from core.htmx import HtmxRequest, htmx_target, wants_partial
+from core.htmx import HtmxRequest, current_url_path, current_url_query, htmx_target, wants_partial
 from core.permissions import role_required
 from core.roles import Role
 from core.templatetags.console_tags import query
+from core.validators import has_control_characters
 
 
 def _get_chain(chain_id: int) -> FallbackChain:
@@ -183,13 +183,12 @@ def chain_list_view(request: HtmxRequest) -> HttpResponse:
 
 def _table_response(request: HtmxRequest) -> HttpResponse:
     """Re-render the table for the list state the page is showing (its URL is in HX-Current-URL)."""
-    current = urlsplit(request.htmx.current_url or "")
-    params = list_params(QueryDict(current.query))
+    params = list_params(current_url_query(request))
     context = _list_context(params)
     context["oob"] = True
     response = render(request, "chains/list.html#chain-table", context)
     # Keep the address bar in step if the page number had to change (last row of a page deleted).
-    if context["params"] != params and current.path:
+    if context["params"] != params and current_url_path(request):
         response["HX-Replace-Url"] = context["list_url"] + query(context["query"])
     return response
 
@@ -297,7 +296,9 @@ def _warnings(form: ChainForm, models: dict[str, LlmModel]) -> list[ChainWarning
         return []
     shown = [e for e in form.entries if e.model in models]
     # An entry's provider override decides which protocol serves it (an unknown name: its own field error).
-    overrides = {p.name: p for p in provider_list().filter(name__in={e.provider for e in shown if e.provider})}
+    # (A name with a control character names nothing, and PostgreSQL refuses NUL in a query.)
+    named = {e.provider for e in shown if e.provider and not has_control_characters(e.provider)}
+    overrides = {p.name: p for p in provider_list().filter(name__in=named)}
     return chain_warnings(
         source=source,
         entries=[models[e.model] for e in shown],

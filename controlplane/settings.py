@@ -263,6 +263,12 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "core.api.exception_handler",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    # The API takes JSON only: a form-encoded or multipart body is a 415 naming its type. (Forms flatten
+    # nested objects, a chain's entries and scope, into keys the views do not read.)
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # Non-ASCII characters escaped in answers, so a lone surrogate echoed in an error message (an unknown
+    # knob's name) still encodes: the 400 stays a 400.
+    "UNICODE_JSON": False,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {

@@ -4,7 +4,9 @@ One URL renders the full page normally and a named partial for an HTMX request; 
 after a cache miss (HX-History-Restore-Request) needs the whole page, HX-Request or not.
 """
 
-from django.http import HttpRequest
+from urllib.parse import urlsplit
+
+from django.http import HttpRequest, QueryDict
 from django_htmx.middleware import HtmxDetails
 
 
@@ -24,3 +26,20 @@ def htmx_target(request: HtmxRequest) -> str:
     if not wants_partial(request):
         return ""
     return request.htmx.target or ""
+
+
+def current_url_query(request: HtmxRequest) -> QueryDict:
+    """The query of the page an HTMX request came from (HX-Current-URL), empty when there is none or the header
+    is not a URL: the header is the client's, and a bad one must not fail a change already made."""
+    try:
+        return QueryDict(urlsplit(request.htmx.current_url or "").query)
+    except ValueError:
+        return QueryDict()
+
+
+def current_url_path(request: HtmxRequest) -> str:
+    """The path of the page an HTMX request came from ("" when there is none or the header is not a URL)."""
+    try:
+        return urlsplit(request.htmx.current_url or "").path
+    except ValueError:
+        return ""

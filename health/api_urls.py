@@ -1,6 +1,10 @@
-from django.urls import path
+from django.urls import path, register_converter
 
+from core.converters import NameConverter, NamePathConverter
 from health import api
+
+register_converter(NameConverter, "name")
+register_converter(NamePathConverter, "namepath")
 
 api_urlpatterns = [
     path("circuits/", api.CircuitListApi.as_view(), name="api-circuit-list"),
@@ -8,12 +12,17 @@ api_urlpatterns = [
     path("circuits/force-open/", api.CircuitForceOpenApi.as_view(), name="api-circuit-force-open"),
     path("circuits/drain/", api.CircuitDrainApi.as_view(), name="api-circuit-drain"),
     path("circuits/release/", api.CircuitReleaseApi.as_view(), name="api-circuit-release"),
-    # The model may contain "/" (e.g. "meta/llama-3"): everything between the provider and "/events/".
-    path("circuits/<str:provider>/<path:model>/events/", api.CircuitEventListApi.as_view(), name="api-circuit-events"),
+    # The model may contain "/" (e.g. "meta/llama-3"): everything between the provider and "/events/". Neither
+    # name holds a control character (core/converters.py).
+    path(
+        "circuits/<name:provider>/<namepath:model>/events/",
+        api.CircuitEventListApi.as_view(),
+        name="api-circuit-events",
+    ),
     path("breaker-config/", api.BreakerConfigApi.as_view(), name="api-breaker-config"),
     # Model names may contain "/" (e.g. "meta/llama-3"), so the model is a path segment.
     path(
-        "breaker-config/overrides/<str:provider>/<path:model>/",
+        "breaker-config/overrides/<name:provider>/<namepath:model>/",
         api.BreakerOverrideApi.as_view(),
         name="api-breaker-override",
     ),

@@ -36,7 +36,10 @@ COOLDOWN_MIN = 30
 COOLDOWN_MAX = 86400
 # Far above any sensible threshold, and below the database's integer limit.
 COUNT_MAX = 1_000_000
-_INT_RE = re.compile(r"[+-]?\d+")
+_INT_RE = re.compile(r"[+-]?[0-9]+")
+# A string of more digits than this is read as ±WHOLE_BEYOND, above every bound the thresholds allow.
+WHOLE_DIGITS_MAX = 18
+WHOLE_BEYOND: int = 10**WHOLE_DIGITS_MAX
 
 
 def is_blank(value: Any) -> bool:
@@ -51,7 +54,12 @@ def whole_number(value: Any) -> int | None:
     if isinstance(value, int):
         return value
     if isinstance(value, str) and _INT_RE.fullmatch(value.strip()):
-        return int(value.strip())
+        text = value.strip()
+        if len(text.lstrip("+-").lstrip("0")) > WHOLE_DIGITS_MAX:
+            # Beyond every bound here, and int() refuses more than 4,300 digits: the range checks that
+            # follow name the bound.
+            return -WHOLE_BEYOND if text.startswith("-") else WHOLE_BEYOND
+        return int(text)
     return None
 
 
@@ -116,7 +124,8 @@ def _parse_codes(errors: FieldErrors, value: Any) -> list[int] | None:
             errors.add(field, not_a_code_message(item))
             ok = False
         elif not 100 <= code <= 599:
-            errors.add(field, f"Status code {code} is outside 100–599.")
+            shown = code if abs(code) < WHOLE_BEYOND else f"of more than {WHOLE_DIGITS_MAX} digits"
+            errors.add(field, f"Status code {shown} is outside 100–599.")
             ok = False
         elif code in codes:
             errors.add(field, f"Status code {code} is listed more than once.")

@@ -11,10 +11,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from django.contrib import messages
-from django.http import Http404, HttpResponse, QueryDict
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -25,7 +25,7 @@ from django_htmx.http import reswap, retarget
 from catalog.selectors import llm_model_list, provider_list
 from chains.selectors import ChainLink, chains_for_circuits
 from core.errors import ApplicationError, ValidationFailed
-from core.htmx import HtmxRequest, wants_partial
+from core.htmx import HtmxRequest, current_url_query, wants_partial
 from core.permissions import role_required
 from core.roles import Role
 from core.templatetags.console_tags import ago
@@ -473,7 +473,7 @@ def _request_sort(request: HtmxRequest) -> str:
     """The table's sort: from the query string, or (for a POST answered with the table) from the page's URL."""
     if "sort" in request.GET or not request.htmx or not request.htmx.current_url:
         return circuit_sort(request.GET)
-    return circuit_sort(QueryDict(urlsplit(request.htmx.current_url).query))
+    return circuit_sort(current_url_query(request))
 
 
 def provider_anchor(provider: str) -> str:

@@ -192,7 +192,7 @@ class RequestLogFilterForm(forms.Form):
         raw = (self.cleaned_data.get(name) or "").strip()
         if not raw:
             return None
-        if raw.isdigit() and request_log_scope_visible(viewer=self.viewer, kind=name, pk=int(raw)):
+        if raw.isascii() and raw.isdigit() and request_log_scope_visible(viewer=self.viewer, kind=name, pk=int(raw)):
             return int(raw)
         # The same words whether it does not exist or belongs to someone else.
         raise forms.ValidationError(f"Unknown {noun} “{raw}”.")
