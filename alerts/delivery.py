@@ -17,6 +17,7 @@ metadata address is not sent: it fails at once (alerts.webhooks).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 import uuid
@@ -90,14 +91,31 @@ def _claim(now: datetime) -> tuple[Delivery, str] | None:
     return None if delivery is None else (delivery, token)
 
 
-def _post(client: httpx.Client, delivery: Delivery) -> tuple[int | None, str]:
+def _post(delivery: Delivery) -> tuple[int | None, str, bool]:
+    """POST one delivery: (status code or None, error, whether retrying is pointless).
+
+    The whole POST, connection and answer's head included, has ALERT_WEBHOOK_TIMEOUT_SECONDS: httpx's
+    timeouts bound each read alone, so a receiver sending its head a byte at a time would otherwise hold the
+    sender past its claim's lease (and another sender would send the delivery again) and stall the run.
+    """
+    return asyncio.run(_post_within(delivery, settings.ALERT_WEBHOOK_TIMEOUT_SECONDS))
+
+
+async def _post_within(delivery: Delivery, seconds: float) -> tuple[int | None, str, bool]:
     try:
-        # Streamed and never read: the answer's status is all that counts, whatever size its body.
-        with client.stream("POST", delivery.url, json=delivery.payload, headers={"User-Agent": USER_AGENT}) as response:
-            code = response.status_code
+        async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client, asyncio.timeout(seconds):
+            # Streamed and never read: the answer's status is all that counts, whatever size its body.
+            request = client.stream("POST", delivery.url, json=delivery.payload, headers={"User-Agent": USER_AGENT})
+            async with request as response:
+                code = response.status_code
+    except TimeoutError:
+        return None, f"No answer within {seconds:g} s.", False
     except httpx.HTTPError as exc:
-        return None, f"{type(exc).__name__}: {exc}"[:500]
-    return code, "" if 200 <= code < 300 else f"HTTP {code}"
+        return None, f"{type(exc).__name__}: {exc}"[:500], False
+    except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
+        # An address httpx cannot send to (a host that is no valid domain name): it never will be.
+        return None, f"Not a URL the sender can use: {type(exc).__name__}: {exc}"[:500], True
+    return code, "" if 200 <= code < 300 else f"HTTP {code}", False
 
 
 def _record(
@@ -136,7 +154,6 @@ def deliveries_send(
     now: datetime | Callable[[], datetime] | None = None,
     limit: int = MAX_PER_RUN,
     budget_seconds: float = RUN_BUDGET_SECONDS,
-    client: httpx.Client | None = None,
 ) -> SendResult:
     """Send due deliveries one at a time (at most `limit`, none started after `budget_seconds`); record each.
 
@@ -155,35 +172,29 @@ def deliveries_send(
         clock = now
     result = SendResult()
     started = time.monotonic()
-    own_client = client is None
-    http = client or httpx.Client(timeout=settings.ALERT_WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False)
-    try:
-        for _ in range(limit):
-            claimed = _claim(clock())
-            if claimed is None:
-                break
-            delivery, token = claimed
-            refusal = target_refusal(delivery.url)
-            begin = time.monotonic()
-            code, error = (None, refusal) if refusal else _post(http, delivery)
-            duration_ms = round((time.monotonic() - begin) * 1000, 1)
-            status = _record(delivery, token, clock(), code, error, duration_ms, give_up=bool(refusal))
-            if status == DeliveryStatus.DELIVERED:
-                result.delivered.append(delivery.pk)
-            elif status == DeliveryStatus.FAILED:
-                result.failed.append(delivery.pk)
-                log.warning(
-                    "alerts: delivery %s to %s given up after %s attempt(s): %s",
-                    delivery.pk,
-                    webhook_url_redacted(delivery.url),
-                    delivery.attempts + 1,
-                    error,
-                )
-            elif status:
-                result.retrying.append(delivery.pk)
-            if time.monotonic() - started >= budget_seconds:
-                break
-    finally:
-        if own_client:
-            http.close()
+    for _ in range(limit):
+        claimed = _claim(clock())
+        if claimed is None:
+            break
+        delivery, token = claimed
+        refusal = target_refusal(delivery.url)
+        begin = time.monotonic()
+        code, error, hopeless = (None, refusal, True) if refusal else _post(delivery)
+        duration_ms = round((time.monotonic() - begin) * 1000, 1)
+        status = _record(delivery, token, clock(), code, error, duration_ms, give_up=hopeless)
+        if status == DeliveryStatus.DELIVERED:
+            result.delivered.append(delivery.pk)
+        elif status == DeliveryStatus.FAILED:
+            result.failed.append(delivery.pk)
+            log.warning(
+                "alerts: delivery %s to %s given up after %s attempt(s): %s",
+                delivery.pk,
+                webhook_url_redacted(delivery.url),
+                delivery.attempts + 1,
+                error,
+            )
+        elif status:
+            result.retrying.append(delivery.pk)
+        if time.monotonic() - started >= budget_seconds:
+            break
     return result

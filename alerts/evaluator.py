@@ -208,8 +208,13 @@ def _apply(rule_id: int, findings: list[Finding], now: datetime, result: Evaluat
         if rule is None:
             return  # disabled or deleted since it was read: its alerts were resolved then
         firing = {a.subject: a for a in Alert.objects.select_for_update().filter(rule=rule, state=AlertState.FIRING)}
+        # Two evaluations can run at once (Celery): one that read its figures at an earlier `now` and locked the
+        # rule last must not undo what the later one recorded (its "clear since" would end the window early).
+        stale = {subject for subject, a in firing.items() if a.last_seen_at > now or (a.clear_since or now) > now}
         for finding in findings:
             alert = firing.pop(finding.subject, None)
+            if finding.subject in stale:
+                continue
             if alert is None:
                 opened = alert_open(
                     rule=rule, subject=finding.subject, figures=finding.figures, summary=finding.summary, now=now
@@ -225,6 +230,8 @@ def _apply(rule_id: int, findings: list[Finding], now: datetime, result: Evaluat
             result.updated.append(alert.pk)
         window = clear_window(rule)
         for alert in firing.values():
+            if alert.subject in stale:
+                continue
             if alert.clear_since is None:
                 alert.clear_since = now
                 alert.save(update_fields=["clear_since"])

@@ -24,7 +24,7 @@ from alerts.models import (
     RuleKind,
 )
 from alerts.selectors import alert_banner_forget
-from alerts.webhooks import literal_host_refused, webhook_url_redacted
+from alerts.webhooks import literal_host_refused, webhook_url_redacted, webhook_url_sendable
 from audit.services import audit_changes, audit_record
 from catalog.models import LlmModel, Provider
 from core.db import write_unique
@@ -142,7 +142,9 @@ def _clean(data: RuleInput, *, exclude_rule_id: int | None) -> dict[str, Any]:
             except ValidationError:
                 errors.add("webhook_url", "Webhook URL must be a full http:// or https:// address.")
             else:
-                if literal_host_refused(url):
+                if not webhook_url_sendable(url):
+                    errors.add("webhook_url", "Webhook URL's host is not a valid domain name.")
+                elif literal_host_refused(url):
                     errors.add("webhook_url", "Webhook URL cannot point to a link-local or cloud metadata address.")
     row["webhook_url"] = url
     if data.body_format not in BodyFormat.values:

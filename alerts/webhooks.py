@@ -15,6 +15,8 @@ import ipaddress
 import socket
 from urllib.parse import urlsplit
 
+import httpx
+
 # Besides the link-local ranges: a cloud's instance-metadata address that is not link-local (AWS, IPv6).
 _METADATA = frozenset({ipaddress.ip_address("fd00:ec2::254")})
 
@@ -30,6 +32,16 @@ def webhook_url_redacted(url: str) -> str:
         host, scheme = "", ""
     digest = hashlib.sha256(url.encode()).hexdigest()[:10]
     return f"{scheme}://{host}/… (sha256 {digest})"
+
+
+def webhook_url_sendable(url: str) -> bool:
+    """True when the sender's HTTP client can send to `url` (Django's URL validator passes hosts it refuses,
+    such as "☃.example.com", which is not a valid IDNA name, or "xn--a.com")."""
+    try:
+        httpx.URL(url).host  # noqa: B018 - decoding the host is the check (an "xn--" label is decoded lazily)
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        return False
+    return True
 
 
 def address_refused(address: str) -> bool:

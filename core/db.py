@@ -1,4 +1,4 @@
-"""Saving rows whose uniqueness the services checked first.
+"""Saving rows whose uniqueness the services checked first; deleting many rows in bounded batches.
 
 A service validates a unique field (a name, a source model in a scope) before it saves, but two
 concurrent writes can both pass that check; the database constraint then refuses the second. The
@@ -30,3 +30,23 @@ def write_unique[T](write: Callable[[], T], *, field: str, message: str) -> T:
             return write()
     except IntegrityError:
         raise unique_violation(field, message) from None
+
+
+# Rows one retention statement deletes: short enough that SQLite's write lock (embedded mode: the gateway's log
+# writes and the console wait on it for at most 5 s) and a PostgreSQL transaction are held briefly.
+DELETE_BATCH = 5_000
+
+
+def delete_in_batches(queryset: models.QuerySet, *, batch_size: int = DELETE_BATCH) -> int:
+    """Delete the rows of `queryset` a batch of primary keys at a time, each batch its own transaction (the first
+    run after a long pause, or after retention was shortened, deletes days of rows); returns how many."""
+    deleted: int = 0
+    while True:
+        ids = list(queryset.order_by().values_list("pk", flat=True)[:batch_size])
+        if not ids:
+            return deleted
+        with transaction.atomic():
+            _, by_model = queryset.model._default_manager.filter(pk__in=ids).delete()
+        deleted += int(by_model.get(queryset.model._meta.label, 0))
+        if len(ids) < batch_size:
+            return deleted

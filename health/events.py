@@ -33,6 +33,7 @@ import redis
 from django.db import DatabaseError, transaction
 from django.db.models import Q
 
+from core.db import delete_in_batches
 from core.streams import DeadLetter, stream_consumer_name, stream_consumers_forget, stream_drain
 from health.breaker.base import BreakerEngine
 from health.breaker.events import HISTORY_FIELD
@@ -132,10 +133,10 @@ def circuit_events_store(events: list[BreakerEvent]) -> int:
 
 def circuit_events_retention(*, cutoff: datetime) -> int:
     """Delete the events before `cutoff` but the last of each layer of each circuit before it (what the
-    timelines need to know the state at `cutoff`); one statement. Returns the rows deleted."""
+    timelines need to know the state at `cutoff`), in batches (core.db.delete_in_batches). Returns the rows
+    deleted."""
     keep = circuit_events_last_before(Q(), cutoff).values("id")
-    deleted, _ = CircuitEvent.objects.filter(at__lt=cutoff).exclude(id__in=keep).delete()
-    return deleted
+    return delete_in_batches(CircuitEvent.objects.filter(at__lt=cutoff).exclude(id__in=keep))
 
 
 def _by_circuit(events: Iterable[BreakerEvent]) -> dict[tuple[str, str], set[int]]:
@@ -180,6 +181,11 @@ def _text(record: Mapping[str, Any], field: str, *, required: bool = False) -> s
         value = ""
     if not isinstance(value, str) or len(value) > _MAX[field] or "\x00" in value or (required and not value):
         return None
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError:  # a lone surrogate ("\ud800" in the JSON): no database can store it
+            return None
     return value
 
 
@@ -253,8 +259,8 @@ def _decode_entries(entries: list[tuple[bytes, dict[bytes, bytes]]]) -> tuple[li
     for mid, fields in entries:
         try:
             event = event_decode(json.loads(fields[field]))
-        except (KeyError, ValueError, UnicodeDecodeError):
-            event = None
+        except Exception:  # noqa: BLE001 - any entry that cannot be read (deep nesting: RecursionError) is refused
+            event = None  # and dead-lettered: one bad entry must never hold the stream's later ones back
         if event is None:
             refused.append((mid, fields, "undecodable entry"))
         else:

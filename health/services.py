@@ -490,6 +490,11 @@ def _hold(
         created_by=_actor_name(actor),
     )
     existing = CircuitControl.objects.filter(provider=provider, model=model).first()
+    if existing is not None and existing.expires_at is not None and existing.expires_at <= now:
+        # Past its expiry the engines no longer honour it; the expiry job may not have run yet (or beat is
+        # down). Released here as that job would release it, so the new hold is not refused for it.
+        _release(actor=None, row=existing, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=existing.expires_at)
+        existing = None
     conflict = ConflictError(
         f"{target} is already {'drained' if model == '' else 'forced open'}; release it first to change the hold.",
         errors={"__all__": [f"{target} already has a hold; release it first."]},

@@ -5,6 +5,7 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from core.db import delete_in_batches
 from requestlogs.ingest import request_logs_ingest
 from requestlogs.models import AttemptMinute, RequestHour, RequestLog, RequestMinute, RequestQuarter
 
@@ -37,10 +38,10 @@ def retention_task() -> int:
     """
     now = timezone.now()
     cutoff = now - timedelta(days=settings.REQUEST_LOG_RETENTION_DAYS)
-    deleted, _ = RequestLog.objects.filter(created_at__lt=cutoff).delete()
+    deleted = delete_in_batches(RequestLog.objects.filter(created_at__lt=cutoff))
     minutes = now - timedelta(days=settings.REQUEST_AGGREGATE_MINUTE_DAYS)
-    RequestMinute.objects.filter(start__lt=minutes).delete()
-    RequestQuarter.objects.filter(start__lt=minutes).delete()
-    AttemptMinute.objects.filter(start__lt=minutes).delete()
-    RequestHour.objects.filter(start__lt=now - timedelta(days=settings.REQUEST_AGGREGATE_HOUR_DAYS)).delete()
+    delete_in_batches(RequestMinute.objects.filter(start__lt=minutes))
+    delete_in_batches(RequestQuarter.objects.filter(start__lt=minutes))
+    delete_in_batches(AttemptMinute.objects.filter(start__lt=minutes))
+    delete_in_batches(RequestHour.objects.filter(start__lt=now - timedelta(days=settings.REQUEST_AGGREGATE_HOUR_DAYS)))
     return deleted

@@ -135,3 +135,23 @@ def test_disabling_the_rule_resolves_its_alerts_and_notifies(db, catalog, engine
     assert len(texts) == 2
     assert "*Firing*" in texts[0] and "openai/gpt-4o" in texts[0] and f"/alerts/{alert.pk}/|Open the alert>" in texts[0]
     assert "*Resolved*" in texts[1] and "rule disabled" in texts[1]
+
+
+def test_an_evaluation_applied_after_a_later_one_changes_nothing(db, catalog, engine, clock):
+    # Two evaluations at once (Celery): the one that read its figures at 5.2 min takes the rule's lock after
+    # the one of 5.5 min. Its "clear" must not start the clear window before the circuit closed.
+    make_rule(name="open 5", kind="circuit_open", minutes=5)
+    trip(engine)
+    alerts_evaluate(at(5))
+    alerts_evaluate(at(5.5))
+    close_by_probe(engine, clock)
+
+    stale = alerts_evaluate(at(5.2))
+    clear = alerts_evaluate(at(6))
+    early = alerts_evaluate(at(10.5))  # five minutes after 5.2, not after 6
+    done = alerts_evaluate(at(11))
+
+    alert = Alert.objects.get()
+    assert (stale.updated, stale.resolved, clear.resolved, early.resolved) == ([], [], [], [])
+    assert done.resolved == [alert.pk]
+    assert (alert.state, alert.resolved_at) == ("resolved", at(11))

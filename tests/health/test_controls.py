@@ -181,6 +181,29 @@ def test_a_second_hold_on_the_same_target_is_a_conflict(live, catalog, admin_use
     assert AuditEvent.objects.count() == 2
 
 
+def test_a_hold_past_its_expiry_is_released_as_the_expiry_job_would_and_a_new_one_is_set(live, catalog, admin_user):
+    # The expiry job (every 10 s, or never while beat is down) has not removed it yet; the engines already
+    # ignore it, so a new hold is no conflict.
+    old = CircuitControl.objects.create(
+        provider="openai",
+        model="gpt-4o",
+        kind=CircuitControl.Kind.FORCED_OPEN,
+        reason="old",
+        created_by="ops",
+        expires_at=timezone.now() - timedelta(seconds=5),
+    )
+
+    new = circuit_force_open(actor=admin_user, provider="openai", model="gpt-4o", reason="again", minutes=10)
+
+    assert list(CircuitControl.objects.values_list("pk", "reason")) == [(new.pk, "again")]
+    release = CircuitEvent.objects.get(kind="released")
+    assert (release.actor, release.reason, release.at) == ("expiry", "hold expired", old.expires_at)
+    assert list(AuditEvent.objects.order_by("id").values_list("action", flat=True)) == [
+        "circuit.release",
+        "circuit.force_open",
+    ]
+
+
 @pytest.mark.parametrize(
     ("data", "expected"),
     [

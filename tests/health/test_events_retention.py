@@ -3,8 +3,11 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core.db import delete_in_batches
 from health.events import circuit_events_retention
 from health.history import circuit_segments, circuit_timeline
 from health.models import CircuitEvent
@@ -52,7 +55,7 @@ def test_retention_keeps_the_last_event_of_each_layer_of_each_circuit_before_the
     event("closed", 10, model="gpt-4o-mini")
     before = [views(at(0)), views(at(7))]
 
-    with django_assert_num_queries(1):  # one DELETE, no rows loaded
+    with django_assert_num_queries(4):  # one batch: its ids, then one DELETE (in its savepoint), no rows loaded
         deleted = circuit_events_retention(cutoff=at(0))
 
     assert deleted == 3
@@ -80,3 +83,28 @@ def test_the_retention_job_deletes_events_past_the_setting(settings):
 
     assert deleted == 2
     assert list(CircuitEvent.objects.order_by("at").values_list("kind", flat=True)) == ["closed", "opened"]
+
+
+def test_retention_deletes_in_bounded_batches_and_keeps_what_the_timelines_need():
+    # Each batch is one statement over at most batch_size ids, its own transaction: embedded mode's SQLite
+    # write lock is never held for the whole backlog.
+    for i in range(25):
+        event("opened" if i % 2 == 0 else "closed", i, generation=i)
+    event("opened", 200, generation=99)  # after the cutoff
+
+    deleted = delete_in_batches(CircuitEvent.objects.filter(at__lt=at(100)).exclude(kind="closed"), batch_size=5)
+
+    assert deleted == 13  # the 13 "opened" events before the cutoff, in three batches of five or fewer
+    assert [k for _, _, k, _ in kept()] == ["closed"] * 12 + ["opened"]
+
+
+def test_a_batch_deletes_at_most_its_size():
+    for i in range(7):
+        event("opened", i, generation=i)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert delete_in_batches(CircuitEvent.objects.all(), batch_size=3) == 7
+
+    deletes = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("DELETE")]
+    assert len(deletes) == 3  # 3 + 3 + 1 ids
+    assert CircuitEvent.objects.count() == 0

@@ -312,6 +312,23 @@ def test_ingest_moves_undecodable_entries_to_dead_letters(redis_url, stream):
     assert (client.xlen(stream), client.xpending(stream, GROUP)["pending"]) == (0, 0)
 
 
+def test_an_entry_no_database_can_store_or_too_deep_to_read_is_dead_lettered_and_the_stream_goes_on(redis_url, stream):
+    # A lone surrogate is valid JSON but no UTF-8; 100,000 nested lists make the JSON reader recurse too deep.
+    # Either used to fail the whole batch on every run, holding every later event back.
+    client = redis.Redis.from_url(redis_url)
+    client.xadd(stream, {HISTORY_FIELD: json.dumps({**opened(1).as_record(), "provider": "open\ud800ai"})})
+    client.xadd(stream, {HISTORY_FIELD: b"[" * 100_000 + b"]" * 100_000})
+    add_entries(redis_url, stream, opened(2))
+
+    stored = circuit_events_ingest(redis_url=redis_url, stream=stream)
+
+    dead = client.xrange(f"{stream}:dead")
+    assert stored == 1
+    assert [r[3] for r in rows()] == [2]
+    assert [fields.get(b"error") for _, fields in dead] == [b"undecodable entry"] * 2
+    assert (client.xlen(stream), client.xpending(stream, GROUP)["pending"]) == (0, 0)
+
+
 def test_ingest_leaves_operator_kinds_to_the_services(redis_url, stream):
     reset = BreakerEvent(kind=EventKind.RESET, provider="openai", model="gpt-4o", at=T0, generation=4)
 
