@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 import httpx
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
 from alerts.models import Delivery, DeliveryAttempt, DeliveryStatus
 from alerts.webhooks import target_refusal, webhook_url_redacted
@@ -64,8 +64,15 @@ def _lease() -> timedelta:
 
 
 def _due(now: datetime) -> Q:
-    return Q(status=DeliveryStatus.PENDING, next_attempt_at__lte=now) & (
-        Q(claimed_until__isnull=True) | Q(claimed_until__lt=now)
+    # One alert's notifications reach the receiver in the order they were made: a "resolved" waits while the
+    # alert's "opened" is still pending (in its backoff), or the receiver's last word would be "firing".
+    earlier_pending = Delivery.objects.filter(
+        alert=OuterRef("alert"), status=DeliveryStatus.PENDING, id__lt=OuterRef("id")
+    )
+    return (
+        Q(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
+        & (Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
+        & ~Exists(earlier_pending)
     )
 
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from alerts.delivery import backoff, deliveries_send
 from alerts.models import Delivery, DeliveryAttempt
-from alerts.services import alert_open
+from alerts.services import alert_open, alert_resolve
 from tests.alerts.conftest import make_rule
 
 
@@ -279,3 +279,21 @@ def test_slack_text_escapes_names_and_summaries(db, receiver):
         ":rotating_light: *Firing* · &lt;!channel&gt; &amp; &lt;@U123&gt;\na &lt;b&gt; &amp; c\n"
         f"<http://127.0.0.1:8000/alerts/{alert.pk}/|Open the alert>"
     )
+
+
+def test_an_alert_s_resolved_waits_for_its_opened_still_in_backoff(db, receiver):
+    rule = make_rule(webhook_url=receiver.url)
+    now = timezone.now()
+    alert = _open(rule, now)
+    receiver.script(500)
+    deliveries_send(now=now)  # "opened" fails once: its next try is 10 s later
+    with transaction.atomic():
+        alert_resolve(alert=alert, rule=rule, resolution="clear", now=now + timedelta(seconds=1))
+
+    held = deliveries_send(now=now + timedelta(seconds=2))  # "resolved" is due, its "opened" is not yet
+    both = deliveries_send(now=now + timedelta(seconds=10))
+
+    opened, resolved = Delivery.objects.order_by("id")
+    assert (held.delivered, held.retrying) == ([], [])
+    assert both.delivered == [opened.pk, resolved.pk]
+    assert [b["state"] for b in receiver.bodies()] == ["firing", "firing", "resolved"]  # the 500, then in order
