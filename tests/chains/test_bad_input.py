@@ -104,3 +104,13 @@ def test_an_entry_named_with_a_nul_is_an_entry_error(admin_client, chain_catalog
     if entry:  # a save shows the error; a refresh (the cost hints, the warnings) shows none yet
         assert error_text(response, f"id_entries-{entry - 1}") == [f"Entry {entry}: {CONTROL_CHARACTERS_MESSAGE}"]
     assert not FallbackChain.objects.exists()
+
+
+def test_a_source_model_named_with_a_control_character_is_that_field_s_error(admin_client, catalog):
+    body = {"name": "c", "source_model": "gpt-4o\u0007", "entries": [{"model": "gpt-4o-mini"}]}
+
+    response = admin_client.post("/api/chains/", json.dumps(body), content_type="application/json")
+
+    assert response.status_code == 400
+    assert response.json()["errors"]["source_model"] == [CONTROL_CHARACTERS_MESSAGE]
+    assert not FallbackChain.objects.exists()
