@@ -72,7 +72,7 @@ def _due(now: datetime) -> Q:
     return (
         Q(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
         & (Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        & ~Exists(earlier_pending)
+        & Q(~Exists(earlier_pending))
     )
 
 
