@@ -122,6 +122,14 @@ class ProviderAdmin(ServiceModelAdmin):
             return format_html('<strong style="color:#ba2121">✖ {}</strong>', "Cannot be decrypted")
         return "✔ Set" if obj.api_key else "— Not set"
 
+    def get_fields(self, request: HttpRequest, obj: Provider | None = None) -> list[Any]:
+        fields = list(super().get_fields(request, obj))
+        if obj is not None and not self.has_change_permission(request, obj):
+            # A page without the change permission shows each field's stored value: the key's state, never the
+            # decrypted key itself.
+            fields = ["api_key_state" if field == "api_key" else field for field in fields]
+        return fields
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         if request.method == "GET":
             count = sum(isinstance(p.api_key, Undecryptable) for p in Provider.objects.only("api_key"))
@@ -363,7 +371,7 @@ class ApiKeyAdmin(ServiceAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
         return False  # revoke instead, so request logs keep their key
 
-    @admin.action(description="Revoke selected keys")
+    @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: Any) -> None:
         for key in queryset:
             api_key_revoke(actor=request.user, key=key)

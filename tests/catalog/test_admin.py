@@ -283,3 +283,62 @@ def test_admin_deletes_an_unreferenced_user_and_audits_it(admin_client):
             "groups": [],
         },
     )
+
+
+# --- staff with view permission only -----------------------------------------------------------
+
+
+def _staff_client_with(django_user_model, *codenames: str):
+    from django.contrib.auth.models import Permission
+    from django.test import Client
+
+    staff = django_user_model.objects.create_user(username="viewer", password="x", is_staff=True)
+    staff.user_permissions.add(*Permission.objects.filter(codename__in=codenames))
+    client = Client()
+    client.force_login(staff)
+    return client
+
+
+def test_admin_provider_page_never_shows_the_api_key_to_a_view_only_staff_user(django_user_model):
+    client = _staff_client_with(django_user_model, "view_provider")
+    provider = Provider.objects.create(name="ollama", base_url="http://ollama:11434/v1", api_key="sk-live-secret")
+
+    response = client.get(f"/admin/catalog/provider/{provider.pk}/change/")
+
+    assert response.status_code == 200
+    assert "sk-live-secret" not in response.content.decode()
+    assert "✔ Set" in response.content.decode()
+
+
+def test_admin_provider_change_page_never_shows_the_api_key(admin_client):
+    provider = Provider.objects.create(name="ollama", base_url="http://ollama:11434/v1", api_key="sk-live-secret")
+
+    response = admin_client.get(f"/admin/catalog/provider/{provider.pk}/change/")
+
+    assert response.status_code == 200
+    assert "sk-live-secret" not in response.content.decode()
+
+
+def test_admin_key_revoke_action_needs_the_change_permission(django_user_model):
+    client = _staff_client_with(django_user_model, "view_apikey")
+    key = make_key(user=UserFactory()).key
+
+    response = client.post(
+        "/admin/catalog/apikey/", {"action": "revoke", "_selected_action": [key.pk], "index": "0"}, follow=True
+    )
+
+    assert response.status_code == 200
+    key.refresh_from_db()
+    assert key.revoked_at is None
+    assert audit_actions() == ["api_key.create"]
+
+
+def test_admin_key_revoke_action_works_with_the_change_permission(django_user_model):
+    client = _staff_client_with(django_user_model, "view_apikey", "change_apikey")
+    key = make_key(user=UserFactory()).key
+
+    client.post("/admin/catalog/apikey/", {"action": "revoke", "_selected_action": [key.pk], "index": "0"})
+
+    key.refresh_from_db()
+    assert key.revoked_at is not None
+    assert audit_actions() == ["api_key.create", "api_key.revoke"]
