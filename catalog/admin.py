@@ -6,7 +6,9 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
+from django.contrib.auth.admin import GroupAdmin as DjangoGroupAdmin
 from django.contrib.auth.admin import UserAdmin as DjangoUserAdmin
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -53,6 +55,7 @@ from catalog.services import (
 from core.admin import ServiceAdmin, ServiceForm, ServiceModelAdmin
 from core.configbus import config_publish
 from core.crypto import ROTATION_FIX
+from core.roles import Role
 
 # --- providers and models ----------------------------------------------------------------------
 
@@ -412,24 +415,74 @@ class ConsoleTokenAdmin(admin.ModelAdmin):
         self.message_user(request, f"Revoked {revoked} token(s).")
 
 
+def _permission_names(permissions: Any) -> list[str]:
+    """A user's or group's permissions as sorted "app_label.codename" names, for the audit log."""
+    return sorted(f"{app}.{code}" for app, code in permissions.values_list("content_type__app_label", "codename"))
+
+
+class AuditedSaveAdmin(ServiceAdmin):
+    """An admin of a model with many-to-many fields (Django's users and groups), audited in the transaction of
+    the save: "<type>.create" with what `_audited_fields` reads, or "<type>.update" with the fields that
+    changed (no event when none did). Django's changeform view runs save_model, save_related (which writes the
+    many-to-many fields) and this audit write in one transaction."""
+
+    audit_object_type: str
+
+    @staticmethod
+    def _audited_fields(obj: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _saved(self, request: HttpRequest, obj: Any, changed: dict[str, Any], change: bool) -> None:
+        """After the audit event: what else a save changing these fields must do."""
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if change:
+            # The form has already changed `obj`; the stored row still holds the values before this save.
+            form.audit_before = self._audited_fields(type(obj)._default_manager.get(pk=obj.pk))
+        super().save_model(request, obj, form, change)
+
+    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
+        from audit.services import audit_record, diff_fields
+
+        super().save_related(request, form, formsets, change)
+        obj = form.instance
+        before: dict[str, Any] | None = None
+        after = self._audited_fields(obj)
+        if change:
+            before, after = diff_fields(form.audit_before, after)
+            if not after:
+                return
+        audit_record(
+            actor=request.user,
+            action=f"{self.audit_object_type}.{'update' if change else 'create'}",
+            object_type=self.audit_object_type,
+            object_id=obj.pk,
+            object_repr=str(obj),
+            before=before,
+            after=after,
+        )
+        self._saved(request, obj, after, change)
+
+
 User = get_user_model()
 if admin.site.is_registered(User):
     admin.site.unregister(User)
 
 
 @admin.register(User)
-class UserAdmin(ServiceAdmin, DjangoUserAdmin):
+class UserAdmin(AuditedSaveAdmin, DjangoUserAdmin):
     """Django's user admin, except that deleting goes through user_delete: a user that a chain, rule or
     guardrail is scoped to, or who owns gateway keys (revoked, never deleted), is kept.
 
     Saves are audited in the transaction of the save: "user.create", and "user.update" with the changed fields
-    among username, is_active, is_staff, is_superuser and groups; a new password is recorded only as
-    "(changed)".
+    among username, is_active, is_staff, is_superuser, groups and user_permissions; a new password is recorded
+    only as "(changed)".
 
     Deactivating a user stops their gateway keys (the gateway reloads after the commit) and reactivating restores
     them; the change form and the messages say how many keys that is."""
 
     actions = ["deactivate_users", "activate_users"]
+    audit_object_type = "user"
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, change=change, **kwargs)
@@ -455,45 +508,19 @@ class UserAdmin(ServiceAdmin, DjangoUserAdmin):
             "is_staff": user.is_staff,
             "is_superuser": user.is_superuser,
             "groups": sorted(user.groups.values_list("name", flat=True)),
+            "user_permissions": _permission_names(user.user_permissions),
         }
 
-    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
-        if change:
-            # The form has already changed `obj`; the stored row still holds the values before this save.
-            form.audit_before = self._audited_fields(User._default_manager.get(pk=obj.pk))
-        super().save_model(request, obj, form, change)
-
-    def save_related(self, request: HttpRequest, form: Any, formsets: Any, change: bool) -> None:
-        # Groups are written here, after save_model. Django's changeform view (and the user add view) runs
-        # save_model, save_related and the audit write in one transaction.
-        from audit.services import audit_record, diff_fields
-
-        super().save_related(request, form, formsets, change)
-        user = form.instance
-        before: dict[str, Any] | None = None
-        after = self._audited_fields(user)
-        if change:
-            before, after = diff_fields(form.audit_before, after)
-            if not after:
-                return
-            if "is_active" in after:
-                # The gateway's snapshot leaves out an inactive user's keys: rebuild it once this save commits.
-                transaction.on_commit(config_publish)
-                count = api_keys_usable_count(users=[user])
-                if after["is_active"]:
-                    what = f"{user.get_username()} is active again: {keys_phrase(count, 'work')} again."
-                else:
-                    what = f"{user.get_username()} is deactivated: {keys_phrase(count, 'stop')} working."
-                self.message_user(request, what, messages.WARNING if count else messages.INFO)
-        audit_record(
-            actor=request.user,
-            action="user.update" if change else "user.create",
-            object_type="user",
-            object_id=user.pk,
-            object_repr=user.get_username(),
-            before=before,
-            after=after,
-        )
+    def _saved(self, request: HttpRequest, user: Any, changed: dict[str, Any], change: bool) -> None:
+        if change and "is_active" in changed:
+            # The gateway's snapshot leaves out an inactive user's keys: rebuild it once this save commits.
+            transaction.on_commit(config_publish)
+            count = api_keys_usable_count(users=[user])
+            if changed["is_active"]:
+                what = f"{user.get_username()} is active again: {keys_phrase(count, 'work')} again."
+            else:
+                what = f"{user.get_username()} is deactivated: {keys_phrase(count, 'stop')} working."
+            self.message_user(request, what, messages.WARNING if count else messages.INFO)
 
     def user_change_password(self, request: HttpRequest, id: str, form_url: str = "") -> HttpResponse:
         from django.contrib.admin.utils import unquote
@@ -549,3 +576,57 @@ class UserAdmin(ServiceAdmin, DjangoUserAdmin):
     @admin.action(description="Activate selected users", permissions=["change"])
     def activate_users(self, request: HttpRequest, queryset: Any) -> None:
         self._set_active(request, queryset, active=True)
+
+
+# --- groups --------------------------------------------------------------------------------------
+
+if admin.site.is_registered(Group):
+    admin.site.unregister(Group)
+
+ROLE_GROUPS = frozenset(Role)
+
+
+@admin.register(Group)
+class GroupAdmin(AuditedSaveAdmin, DjangoGroupAdmin):
+    """Django's group admin, audited, with the role groups kept.
+
+    The roles (admin, bi_read_only, user) are groups the product looks up by name: one cannot be renamed or
+    deleted here, or every member would lose the role without a word in the audit log. Their permissions (what
+    a staff member may do in this admin) can change. Every save and delete is audited in its transaction:
+    "group.create", "group.update" with the changed name or permissions, "group.delete" with the members it had.
+    """
+
+    audit_object_type = "group"
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Group | None = None) -> Any:
+        fields = tuple(super().get_readonly_fields(request, obj))
+        if obj is not None and obj.name in ROLE_GROUPS:
+            fields += ("name",)
+        return fields
+
+    def has_delete_permission(self, request: HttpRequest, obj: Group | None = None) -> bool:
+        if obj is not None and obj.name in ROLE_GROUPS:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    @staticmethod
+    def _audited_fields(group: Any) -> dict[str, Any]:
+        return {"name": group.name, "permissions": _permission_names(group.permissions)}
+
+    def delete_model(self, request: HttpRequest, obj: Group) -> None:
+        from audit.services import audit_record
+
+        with transaction.atomic():
+            before = self._audited_fields(obj) | {
+                "members": sorted(obj.user_set.values_list("username", flat=True)),
+            }
+            pk = obj.pk
+            super().delete_model(request, obj)
+            audit_record(
+                actor=request.user,
+                action="group.delete",
+                object_type="group",
+                object_id=pk,
+                object_repr=before["name"],
+                before=before,
+            )

@@ -2,7 +2,7 @@
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, Permission
 
 from audit.models import AuditEvent
 from tests.factories import UserFactory
@@ -48,6 +48,19 @@ def test_admin_group_change_is_audited_with_group_names(admin_client):
     assert response.status_code == 302
     assert list(user.groups.values_list("name", flat=True)) == ["bi_read_only"]
     assert events() == [("user.update", "bob", {"groups": []}, {"groups": ["bi_read_only"]})]
+
+
+def test_admin_permission_grant_is_audited_by_name(admin_client):
+    # A permission given to one user lets a staff member act in this admin: as much a change of access as a role.
+    user = UserFactory(username="bob", is_staff=True)
+    revoke = Permission.objects.get(content_type__app_label="catalog", codename="change_apikey")
+
+    response = admin_client.post(f"/admin/auth/user/{user.pk}/change/", user_form(user, user_permissions=[revoke.pk]))
+
+    assert response.status_code == 302
+    assert events() == [
+        ("user.update", "bob", {"user_permissions": []}, {"user_permissions": ["catalog.change_apikey"]})
+    ]
 
 
 def test_admin_deactivate_is_audited(admin_client):
@@ -147,6 +160,13 @@ def test_admin_user_create_is_audited_without_the_password(admin_client):
             "user.create",
             "carol",
             None,
-            {"username": "carol", "is_active": True, "is_staff": False, "is_superuser": False, "groups": []},
+            {
+                "username": "carol",
+                "is_active": True,
+                "is_staff": False,
+                "is_superuser": False,
+                "groups": [],
+                "user_permissions": [],
+            },
         )
     ]
