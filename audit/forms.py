@@ -47,7 +47,7 @@ class AuditFilterForm(forms.Form):
     actor = forms.CharField(required=False, max_length=150)
     action = forms.CharField(required=False, max_length=64)
     object_type = forms.CharField(required=False, max_length=64)
-    object_id = forms.CharField(required=False, max_length=64)
+    object_id = forms.CharField(required=False, max_length=200)
     page = forms.IntegerField(required=False, min_value=1)
     page_size = forms.TypedChoiceField(
         required=False,

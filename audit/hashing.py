@@ -1,5 +1,6 @@
 """The hash chain over audit events."""
 
+import datetime as dt
 import hashlib
 import json
 from typing import Any
@@ -15,7 +16,8 @@ def event_hash(*, prev_hash: str, fields: dict[str, Any]) -> str:
 
 def hashed_fields(event: Any) -> dict[str, Any]:
     return {
-        "created_at": event.created_at.isoformat(),
+        # In UTC whatever time zone the database connection reads it in (events are written in UTC).
+        "created_at": event.created_at.astimezone(dt.UTC).isoformat(),
         "actor_id": event.actor_id,
         "actor_name": event.actor_name,
         "action": event.action,

@@ -1,5 +1,8 @@
 """Writing audit events. Call inside the transaction of the change being audited."""
 
+import json
+import math
+from decimal import Decimal
 from typing import Any
 
 from django.db import connection, transaction
@@ -13,11 +16,28 @@ from core.types import Actor
 _AUDIT_LOCK_ID = 0x617564697400
 
 
+def _jsonb_stable(value: Any) -> Any:
+    """Floats as PostgreSQL's jsonb gives them back, so the hash covers what is read back on both databases.
+
+    jsonb keeps a number's decimal digits but not Python's float spelling: 1e+16 comes back as the integer
+    10000000000000000, and -0.0 as 0.0. Any other float reads back as it was written.
+    """
+    if isinstance(value, float):
+        if value == 0:
+            return 0.0
+        if math.isfinite(value) and "e+" in repr(value):
+            return int(Decimal(repr(value)))
+        return value
+    if isinstance(value, dict):
+        return {k: _jsonb_stable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonb_stable(v) for v in value]
+    return value
+
+
 def _json_safe(value: Any) -> Any:
     """Round-trip through the JSON encoder used by the hash so stored and hashed values agree."""
-    import json
-
-    return json.loads(json.dumps(value, default=str)) if value is not None else None
+    return _jsonb_stable(json.loads(json.dumps(value, default=str))) if value is not None else None
 
 
 def audit_record(

@@ -3,11 +3,12 @@
 import re
 
 import pytest
+from django.db import transaction
 from django.urls import reverse
 
 from audit.models import AuditEvent
 from chains.services import ChainInput, EntryInput, chain_create, chain_delete, chain_set_enabled, chain_update
-from tests.factories import LlmModelFactory, UserFactory
+from tests.factories import LlmModelFactory, ProviderFactory, UserFactory
 
 URL = "/audit/"
 HX = {"HX-Request": "true"}
@@ -240,3 +241,23 @@ def test_query_count_does_not_grow_with_rows(admin_client, admin_user, django_as
 
 def test_reverse_name():
     assert reverse("audit:list") == URL
+
+
+def test_a_circuit_of_the_longest_names_is_audited_and_found_by_its_id(admin_client, admin_user):
+    """A circuit's object id is "provider/model": up to 64 + 1 + 128 characters."""
+    from health.services import breaker_override_set
+
+    LlmModelFactory(name="m" * 128, provider=ProviderFactory(name="p" * 64))
+    LlmModelFactory(name="short", provider=ProviderFactory(name="p"))
+    with transaction.atomic():
+        breaker_override_set(actor=admin_user, provider="p", model="short", data={"window_seconds": 30})
+    circuit = f"{'p' * 64}/{'m' * 128}"
+
+    with transaction.atomic():
+        breaker_override_set(actor=admin_user, provider="p" * 64, model="m" * 128, data={"window_seconds": 30})
+
+    event = AuditEvent.objects.get(action="breaker_override.set", object_repr__contains="p" * 64)
+    assert event.object_id == circuit
+    response = admin_client.get(URL, {"object_type": "breaker_override", "object_id": circuit})
+    assert event_ids(response) == [event.pk]
+    assert admin_client.get("/api/audit/", {"object_id": circuit}).json()["count"] == 1
