@@ -73,7 +73,7 @@ class Panel:
     note: str
     svg: SafeString | None
     legend: list[LegendItem]
-    href: str  # the Request Logs (or Provider Health) view behind it
+    href: str  # the Request Logs (or Provider Health) view behind it; "" when the viewer may not open it
     link_text: str
     empty: str = ""  # shown instead of the chart
 
@@ -188,7 +188,7 @@ def _fallback_panel(data: Dashboard) -> Panel:
     )
 
 
-def _circuit_panel(data: Dashboard) -> Panel:
+def _circuit_panel(data: Dashboard, health_url: str) -> Panel:
     by_circuit: dict[tuple[str, str], list[charts.Segment]] = {}
     for seg in data.segments:
         label = SEGMENT_STATES.get(seg.state, seg.state)
@@ -224,7 +224,7 @@ def _circuit_panel(data: Dashboard) -> Panel:
         if lanes
         else None,
         legend=[LegendItem(key, SEGMENT_STATES[key]) for key in states],
-        href=reverse("health:index"),
+        href=health_url,
         link_text="Provider Health",
         empty="" if lanes else f"No circuit opened in the last {data.span.label}.",
     )
@@ -313,9 +313,17 @@ def _step_words(span: Span) -> str:
     return f"{minutes} minutes" if minutes < 60 else "hour"
 
 
-def _context(data: Dashboard, range_error: str) -> dict[str, Any]:
+def _context(data: Dashboard, range_error: str, *, is_admin: bool) -> dict[str, Any]:
     traffic = data.series.total > 0
-    panels = [_tier_panel(data), _fallback_panel(data), _circuit_panel(data), _latency_panel(data), _error_panel(data)]
+    # Provider Health is admin-only: a bi_read_only viewer gets the same counter and panel without the link.
+    health_url = reverse("health:index") if is_admin else ""
+    panels = [
+        _tier_panel(data),
+        _fallback_panel(data),
+        _circuit_panel(data, health_url),
+        _latency_panel(data),
+        _error_panel(data),
+    ]
     if not traffic:
         panels = [p for p in panels if p.id == "dash-circuits"]
     midnight = data.now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -331,7 +339,7 @@ def _context(data: Dashboard, range_error: str) -> dict[str, Any]:
         "self_url": reverse("dashboard") + ("" if data.span.key == DEFAULT_RANGE else f"?range={data.span.key}"),
         "fallbacks_hour_url": _logs_url(range="1h", fallback="yes"),
         "fallbacks_today_url": _logs_url(range="custom", **{"from": _minute(midnight)}, fallback="yes"),
-        "health_url": reverse("health:index"),
+        "health_url": health_url,
         "logs_url": _logs_url(range=data.span.key),
         "fallback_tiers": [TIER_LABELS[t] for t in FALLBACK_TIERS],
     }
@@ -348,7 +356,7 @@ def dashboard(request: HtmxRequest) -> HttpResponse:
     if key not in SPANS:
         range_error = f"Unknown range “{key[:20]}”: showing the last 24 hours. Use 1h, 24h or 7d."
         key = DEFAULT_RANGE
-    context = _context(dashboard_get(span=SPANS[key]), range_error)
+    context = _context(dashboard_get(span=SPANS[key]), range_error, is_admin=has_role(request.user, Role.ADMIN))
     template = "dashboards/index.html"
     if wants_partial(request):
         template += "#dashboard-body"

@@ -122,6 +122,21 @@ def test_charts_link_to_the_request_logs_behind_them(admin_client, engine, outag
     assert 'href="/fallback/health/"' in html.split('id="dash-circuits"')[1]
 
 
+def test_bi_read_only_gets_no_link_to_the_admin_only_provider_health(bi_client, engine, outage):
+    """Provider Health answers bi_read_only with a 403: the counter and the circuits panel do not link there."""
+    for _ in range(10):
+        engine.record(engine.allow("openai", "gpt-4o"), Outcome.of_status(503))
+
+    html = html_of(bi_client, "/?range=24h")
+
+    assert bi_client.get("/fallback/health/").status_code == 403
+    assert "/fallback/health/" not in html
+    assert re.search(r'<span class="dash-counter-body">' + COUNTER.format(value=1, label="circuit"), html)
+    circuits = html.split('id="dash-circuits"')[1].split("</section>")[0]
+    assert "Circuits open over time" in circuits
+    assert "Provider Health" not in circuits
+
+
 def test_bucket_links_open_request_logs_with_those_rows(admin_client, engine, outage):
     html = html_of(admin_client, "/?range=1h")
     panel = html.split('id="dash-requests"')[1].split("</section>")[0]
