@@ -2,6 +2,7 @@
 refresh and its timeline preview) and the global defaults page (optimistic version, roles, audit)."""
 
 import re
+from itertools import pairwise
 
 import pytest
 
@@ -381,3 +382,17 @@ def test_defaults_page_is_for_admins_only(role_client, method):
     if role != "admin":
         assert not ResilienceDefaults.objects.exists()
         assert AuditEvent.objects.count() == 0
+
+
+def test_editor_headings_never_skip_a_level(admin_client, chain_catalog):
+    """axe's heading-order: the Resilience step's "Knobs" heading follows the page's h1 (the steps are legends),
+    so it is an h2, and the preview's headings go one level down from it."""
+    chain = ChainFactory(source_model=chain_catalog["source"])
+    for url in (CREATE_URL, edit_url(chain)):
+        html = admin_client.get(url).content.decode()
+        main = html.split('<main id="main">')[1]
+        levels = [int(level) for level in re.findall(r"<h([1-6])[\s>]", main)]
+        assert levels[0] == 1, (url, levels)
+        skips = [(a, b) for a, b in pairwise(levels) if b > a + 1]
+        assert skips == [], (url, levels)
+        assert re.search(r'<h2 class="knobs-title">Knobs', html), url
