@@ -102,7 +102,8 @@ def test_admin_key_creation_shows_secret_once(admin_client, admin_user):
     assert f"{key.prefix}-" not in later
 
 
-def test_admin_refuses_deleting_a_model_used_by_a_chain(admin_client):
+def test_admin_refuses_deleting_a_model_used_by_a_chain(admin_client, settings, tmp_path):
+    settings.VAR_DIR = tmp_path  # seed_demo writes the admin password and demo key there: not the checkout's var/
     call_command("seed_demo")
     model = LlmModel.objects.get(name="mistral-large")
 
@@ -110,3 +111,4 @@ def test_admin_refuses_deleting_a_model_used_by_a_chain(admin_client):
 
     assert LlmModel.objects.filter(pk=model.pk).exists()
     assert "Cannot delete" in response.content.decode()
+    assert {p.name for p in tmp_path.iterdir()} >= {"admin_password", "demo_gateway_key"}
