@@ -25,7 +25,7 @@ from django_htmx.http import reswap, retarget
 from catalog.selectors import llm_model_list, provider_list
 from chains.selectors import ChainLink, chains_for_circuits
 from core.errors import ApplicationError, ValidationFailed
-from core.htmx import HtmxRequest, current_url_query, wants_partial
+from core.htmx import HtmxRequest, current_url_query, htmx_target, wants_partial
 from core.permissions import role_required
 from core.roles import Role
 from core.templatetags.console_tags import ago
@@ -561,11 +561,23 @@ def _configure_context(
     }
 
 
+# The editor's parts an HTMX request may ask for by its target; anything else gets the whole body.
+CONFIGURE_PARTS = frozenset({"config-form", "overrides"})
+
+
 def _configure_response(request: HtmxRequest, context: dict[str, Any], *, close_dialog: bool = False) -> HttpResponse:
+    """The editor, or the part the HTMX request targets: the global form and the overrides swap only
+    themselves, so an error in one keeps what is typed in the other. A saved global form closes the dialog
+    and answers with the whole body, whose overrides show the new inherited values."""
     template = "health/configure.html"
+    part = htmx_target(request)
+    if close_dialog or part not in CONFIGURE_PARTS:
+        part = "configure-body"
     if wants_partial(request):
-        template += "#configure-body"
+        template += f"#{part}"
     response = render(request, template, {"section": "fallback", "tab": "health", **context})
+    if request.htmx and htmx_target(request) not in ("", part):
+        response["HX-Retarget"] = f"#{part}"
     if close_dialog and request.htmx:
         # app.js closes the dialog; the middleware adds the toast messages to the same header.
         response["HX-Trigger"] = json.dumps({"closeDialog": "configure-dialog"})
@@ -618,7 +630,7 @@ def reset(request: HtmxRequest) -> HttpResponse:
 
 @require_http_methods(["GET", "POST"])
 @role_required(Role.ADMIN)
-@vary_on_headers("HX-Request")
+@vary_on_headers("HX-Request", "HX-Target")
 def configure(request: HtmxRequest) -> HttpResponse:
     """The threshold editor: the global settings and the per-circuit overrides. POST saves the global ones."""
     if request.method == "GET":

@@ -608,11 +608,12 @@
     if (dialog instanceof HTMLDialogElement && dialog.open) dialog.close();
   });
 
-  // After a swap inside a managed dialog, put the keyboard on the error summary when there is one.
+  // After a swap inside a managed dialog, put the keyboard on the error summary when there is one: the
+  // swapped part's own (a dialog may swap one of its forms and keep another's summary).
   document.addEventListener("htmx:afterSettle", function (event) {
     const dialog = event.target.closest && event.target.closest("dialog[data-dialog-managed]");
     if (!dialog || !dialog.open) return;
-    const summary = dialog.querySelector("[data-error-summary]");
+    const summary = event.target.querySelector("[data-error-summary]");
     if (summary) summary.focus();
   });
 

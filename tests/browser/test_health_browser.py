@@ -12,6 +12,7 @@ from playwright.sync_api import Page, expect
 
 from health import views as health_views
 from health.breaker import ManualClock, MemoryEngine, Outcome, State, use_engine
+from health.models import BreakerOverride
 from health.selectors import breaker_config_get, circuit_anchor
 from tests.conftest import PASSWORD
 
@@ -153,5 +154,38 @@ def test_override_add_and_delete_in_the_dialog(
     expect(editor.get_by_text("No overrides: every circuit uses the global thresholds.")).to_be_visible()
     expect(editor).to_be_visible()
     expect(row(page, "openai", "gpt-4o").locator(".tag")).to_have_count(0)
+
+    assert console_errors == []
+
+
+def test_an_error_in_one_form_keeps_what_is_typed_in_the_other(
+    page: Page, live_server, admin_user, health_catalog, live_engine, console_errors
+):
+    page.set_default_timeout(10_000)
+    log_in(page, live_server, admin_user.username)
+    page.get_by_role("link", name="Configure thresholds").click()
+    editor = page.locator("#configure-dialog")
+
+    # A draft override, then a global value that is refused: the draft stays.
+    editor.get_by_label("Provider").select_option("openai")
+    editor.get_by_label("Model").select_option("gpt-4o")
+    editor.locator("#id_override-failure_threshold").fill("7")
+    editor.locator("#id_failure_threshold").fill("abc")
+    editor.get_by_role("button", name="Save thresholds").click()
+    expect(editor.locator("#config-error-summary")).to_be_focused()
+    expect(editor.get_by_label("Provider")).to_have_value("openai")
+    expect(editor.get_by_label("Model")).to_have_value("gpt-4o")
+    expect(editor.locator("#id_override-failure_threshold")).to_have_value("7")
+
+    # Now a refused override: the global form keeps its input and its error, and the keyboard goes to the
+    # override's summary.
+    editor.locator("#id_override-window_seconds").fill("0")
+    editor.get_by_role("button", name="Save override").click()
+    expect(editor.locator("#override-error-summary")).to_be_focused()
+    expect(editor.locator("#id_failure_threshold")).to_have_value("abc")
+    expect(editor.locator("#config-error-summary")).to_be_visible()
+    expect(editor.locator("#id_override-failure_threshold")).to_have_value("7")
+    assert not BreakerOverride.objects.exists()
+    assert breaker_config_get().failure_threshold == 5
 
     assert console_errors == []

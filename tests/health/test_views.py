@@ -1266,3 +1266,58 @@ def test_query_count_with_holds_and_history_does_not_grow(
         poll = admin_client.get(INDEX_URL, headers={**HX, "HX-Target": "circuit-table"})
 
     assert len(re.findall(r'<tr id="circuit-row-', poll.content.decode())) == circuits + 1
+
+
+# The threshold editor's two forms swap only themselves (HX-Target), so an error in one keeps what is typed in the
+# other; a saved global form answers with the whole body (retargeted) and closes the dialog.
+
+
+def test_configure_error_answers_with_the_global_form_alone(admin_client, frozen_engine):
+    response = admin_client.post(
+        CONFIGURE_URL, config_data(failure_threshold="abc"), headers={**HX, "HX-Target": "config-form"}
+    )
+
+    text = response.content.decode()
+    assert text.lstrip().startswith('<form id="config-form"')
+    assert 'id="overrides"' not in text and 'id="override-form"' not in text
+    assert field_errors(response, "id_failure_threshold") == ["Failure threshold must be a whole number (got 'abc')."]
+    assert "HX-Retarget" not in response
+    assert response["Vary"] == "HX-Request, HX-Target, Cookie"
+
+
+def test_configure_save_from_the_global_form_answers_with_the_whole_body(admin_client, frozen_engine):
+    response = admin_client.post(
+        CONFIGURE_URL, config_data(failure_threshold="8"), headers={**HX, "HX-Target": "config-form"}
+    )
+
+    assert response.content.decode().lstrip().startswith('<div id="configure-body"')
+    assert response["HX-Retarget"] == "#configure-body"
+    assert "closeDialog" in response["HX-Trigger"]
+    assert breaker_config_get().failure_threshold == 8
+
+
+def test_override_error_answers_with_the_overrides_alone(admin_client, frozen_engine, health_catalog):
+    response = admin_client.post(
+        OVERRIDE_URL,
+        {"override-provider": "openai", "override-model": "gpt-4o", "override-failure_threshold": "0"},
+        headers={**HX, "HX-Target": "overrides"},
+    )
+
+    text = response.content.decode()
+    assert text.lstrip().startswith('<section class="overrides" id="overrides"')
+    assert 'id="config-form"' not in text
+    assert "problem to fix; nothing was saved" in text
+    assert BreakerOverride.objects.count() == 0
+
+
+def test_override_edit_and_delete_answer_with_the_overrides_alone(admin_client, frozen_engine, health_catalog):
+    BreakerOverride.objects.create(provider="openai", model="gpt-4o", failure_threshold=3)
+    target = {**HX, "HX-Target": "overrides"}
+
+    edit = admin_client.get(CONFIGURE_URL + "?provider=openai&model=gpt-4o", headers=target).content.decode()
+    deleted = admin_client.post(OVERRIDE_DELETE_URL, {"provider": "openai", "model": "gpt-4o"}, headers=target)
+
+    assert edit.lstrip().startswith('<section class="overrides" id="overrides"')
+    assert "Edit the override for openai / gpt-4o" in edit and 'id="config-form"' not in edit
+    assert deleted.content.decode().lstrip().startswith('<section class="overrides" id="overrides"')
+    assert BreakerOverride.objects.count() == 0
