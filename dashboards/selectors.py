@@ -19,6 +19,7 @@ from requestlogs.models import FALLBACK_TIERS
 @dataclass(frozen=True)
 class Counters:
     circuits_open: int  # tripped now (open or half-open) in this process's engine
+    circuits_half_open: int  # of those, half-open (a probe may test the provider)
     circuits_held: int  # operator holds in force (forced open, drained providers)
     fallbacks_last_hour: int  # served by a chain entry in the last 60 minutes
     fallbacks_today: int  # since 00:00 UTC
@@ -37,13 +38,15 @@ class Dashboard:
 
 def dashboard_counters(*, now: datetime) -> Counters:
     """The counters above the charts: the engine's circuits (no query), holds and two aggregate sums."""
-    tripped = sum(1 for row in circuit_list() if row.state != State.CLOSED)
+    states = [row.state for row in circuit_list()]
+    tripped = sum(1 for state in states if state != State.CLOSED)
     minute = floor_minute(now)
     midnight = minute.replace(hour=0, minute=0)
     fallback = [str(t) for t in FALLBACK_TIERS]
     until = minute + timedelta(minutes=1)
     return Counters(
         circuits_open=tripped,
+        circuits_half_open=states.count(State.HALF_OPEN),
         circuits_held=len(circuit_holds_in_force(now=now)),
         fallbacks_last_hour=requests_count(since=until - timedelta(hours=1), until=until, tiers=fallback),
         fallbacks_today=requests_count(since=midnight, until=until, tiers=fallback, hourly=True),

@@ -16,8 +16,13 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def engine():
-    engine = MemoryEngine(clock=ManualClock(time.time()))
+def clock():
+    return ManualClock(time.time())
+
+
+@pytest.fixture
+def engine(clock):
+    engine = MemoryEngine(clock=clock)
     with use_engine(engine):
         yield engine
 
@@ -174,6 +179,25 @@ def test_circuits_open_now_counts_the_engine_circuits(admin_client, engine):
     counter = r'dash-counter-bad">\s*<a href="/fallback/health/">' + COUNTER.format(value=1, label="circuit")
     assert re.search(counter, html)
     assert "circuit open now" in html
+
+
+def test_circuits_open_now_says_how_many_are_half_open(admin_client, engine, clock):
+    # Provider Health shows a circuit past its cooldown as half-open: the counter, which counts it as tripped,
+    # says so too.
+    def trip(model: str) -> None:
+        for _ in range(10):
+            engine.record(engine.allow("openai", model), Outcome.of_status(503))
+
+    trip("gpt-4o")
+    clock.advance(61)  # past the initial cooldown: the next call may probe
+    trip("gpt-4o-mini")
+    one_of_two = html_of(admin_client)
+    clock.advance(61)
+    both = html_of(admin_client)
+
+    assert re.search(COUNTER.format(value=2, label="circuits open now"), one_of_two)
+    assert "1 of them half-open: probing the provider" in one_of_two
+    assert "all half-open: probing the provider" in both
 
 
 def test_htmx_refresh_returns_the_body_only(admin_client, engine, outage):
