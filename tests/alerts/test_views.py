@@ -42,6 +42,17 @@ def test_list_shows_firing_rules_and_history(admin_client):
     assert 'class="al-banner al-banner-severe"' in html
 
 
+def test_each_subject_carries_its_whole_name_and_an_empty_history_counts_nothing(admin_client):
+    # The subject link never wraps; a long one is cut with an ellipsis and its title holds it whole.
+    alert = _fire(make_rule(name="open too long"), subject="openai/" + "m" * 120)
+
+    html = admin_client.get("/alerts/").content.decode()
+
+    assert f'title="openai/{"m" * 120}">openai/{"m" * 120}</a>' in html
+    assert f'href="/alerts/{alert.pk}/"' in html
+    assert "latest 0 resolved" not in html and "No resolved alerts yet" in html
+
+
 def test_banner_on_every_page_for_admins_only(admin_client, bi_client):
     _fire(make_rule(name="degraded", kind="degraded"), subject="gpt-4o")
 
