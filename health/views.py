@@ -576,8 +576,8 @@ def _configure_response(request: HtmxRequest, context: dict[str, Any], *, close_
     if wants_partial(request):
         template += f"#{part}"
     response = render(request, template, {"section": "fallback", "tab": "health", **context})
-    if request.htmx and htmx_target(request) not in ("", part):
-        response["HX-Retarget"] = f"#{part}"
+    if htmx_target(request) not in ("", part):
+        response = retarget(response, f"#{part}")
     if close_dialog and request.htmx:
         # app.js closes the dialog; the middleware adds the toast messages to the same header.
         response["HX-Trigger"] = json.dumps({"closeDialog": "configure-dialog"})
