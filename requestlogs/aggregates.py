@@ -221,7 +221,10 @@ def dashboard_series(*, span: Span, now: datetime) -> Series:
     table = span.table._meta.db_table
     bucket, bucket_params = _bucket_expr(span.step, origin)
     where = "start >= %s AND start < %s"
-    params = [*bucket_params, origin, end]
+    # As the ORM writes them: SQLite compares `start` as text, and sqlite3's own adapter would write the
+    # bounds with "+00:00", which sorts after the first bucket's "YYYY-MM-DD HH:MM:SS" and left it out.
+    since_until = [connection.ops.adapt_datetimefield_value(origin), connection.ops.adapt_datetimefield_value(end)]
+    params = [*bucket_params, *since_until]
     with connection.cursor() as cursor:
         # Three small GROUP BYs instead of one by every dimension: the database folds the rows, Python
         # gets at most a few thousand.
@@ -244,7 +247,7 @@ def dashboard_series(*, span: Span, now: datetime) -> Series:
             f"SELECT {bucket} AS b, source_model, SUM(requests), "  # noqa: S608 - model columns
             f"SUM(CASE WHEN tier IN ({fallback_tiers}) THEN requests ELSE 0 END) FROM {table} "
             f"WHERE {where} AND tier <> %s GROUP BY 1, 2",
-            [*bucket_params, *sorted(_FALLBACK), origin, end, str(Tier.REJECTED)],
+            [*bucket_params, *sorted(_FALLBACK), *since_until, str(Tier.REJECTED)],
         )
         for b, source, count, fallback in cursor.fetchall():
             i = int(b)

@@ -444,3 +444,32 @@ def test_dashboard_series_puts_each_request_in_its_bucket(db):
     assert len(day.buckets) == 96 and day.buckets[-1] == datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
     assert day.total == 4 and day.by_tier["primary"][-9] == 1  # 10:04 is in the 10:00 bucket, 8 before 12:00
     assert len(week.buckets) == 168 and week.total == 4 and week.by_tier["primary"][-3] == 1
+
+
+@pytest.mark.parametrize("span", ["1h", "24h", "7d"])
+def test_dashboard_series_counts_its_first_bucket_and_nothing_outside_its_range(db, span):
+    # SQLite compares `start` as text: the range's bounds must be written as the ORM writes them, or the
+    # first bucket ("... 11:15:00" < "... 11:15:00+00:00") was left out.
+    now = datetime(2026, 12, 1, 12, 7, 10, tzinfo=UTC)
+    s = SPANS[span]
+    end = {"1h": datetime(2026, 12, 1, 12, 8), "24h": datetime(2026, 12, 1, 12, 15), "7d": datetime(2026, 12, 1, 13)}
+    end = end[span].replace(tzinfo=UTC)  # the end of the bucket under way
+    origin = end - s.length
+    tiny = timedelta(microseconds=1)
+    request_logs_insert(
+        records=[
+            log_record(at=(origin - tiny).timestamp(), status=503),  # the bucket before the first: left out
+            log_record(at=origin.timestamp()),  # the first bucket's first moment
+            log_record(at=(end - tiny).timestamp(), **fallback()),  # the last bucket's last moment
+            log_record(at=end.timestamp(), status=503),  # the next bucket: left out
+        ]
+    )
+
+    series = dashboard_series(span=s, now=now)
+
+    assert (series.buckets[0], series.buckets[-1] + series.step) == (origin, end)
+    assert series.by_tier["primary"][0] == 1 and series.by_tier["step1"][-1] == 1
+    assert series.total == 2 and "failed" not in series.by_tier
+    assert series.by_group["2xx"][0] == 1
+    assert series.source_requests["gpt-4o"][0] == 1 and series.source_fallback["gpt-4o"][-1] == 1
+    assert series.latency_p50[0] is not None
