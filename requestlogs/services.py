@@ -35,6 +35,9 @@ _REQUEST_ID = _COLUMNS.index("request_id")
 
 
 _TEXT_COLUMNS = [i for i, f in enumerate(_FIELDS) if f.get_internal_type() in ("CharField", "TextField")]
+_BOOL_COLUMNS = [i for i, f in enumerate(_FIELDS) if f.get_internal_type() == "BooleanField"]
+# Whole numbers the aggregates read: a "503" or a 2.5 would be read one way by the database, another by Python.
+_INT_COLUMNS = [_COLUMNS.index("status"), _COLUMNS.index("chain_step")]
 _GET_ALL = operator.itemgetter(*(f.name for f in _FIELDS))
 _CREATED_AT = _COLUMNS.index("created_at")
 _ATTEMPTS = _COLUMNS.index("attempts")
@@ -42,7 +45,20 @@ _COST = _COLUMNS.index("cost_usd")
 
 
 def _moment(value: Any) -> datetime:
-    return datetime.fromtimestamp(value, tz=UTC) if isinstance(value, int | float) else value
+    """Epoch seconds (the gateway's) or a datetime, in UTC (a naive one is UTC); anything else is refused.
+
+    A string is refused rather than left to the database: PostgreSQL would read an offset the aggregates do not,
+    and SQLite would store it as it came.
+    """
+    if type(value) is float or type(value) is int:
+        return datetime.fromtimestamp(value, tz=UTC)
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    raise TypeError(f"created_at is {type(value).__name__}, not epoch seconds")
+
+
+def _wrong_type(column: int, value: Any, expected: str) -> TypeError:
+    return TypeError(f"{_COLUMNS[column]} is {type(value).__name__}, not {expected}")
 
 
 def _without_nul(value: Any) -> Any:
@@ -66,10 +82,21 @@ def _row(record: dict[str, Any], *, sqlite: bool) -> tuple[Any, ...]:
         values = list(_GET_ALL(record))  # one C call when the record has every field, as the gateway's do
     except KeyError:
         values = [record.get(f.name, _DEFAULTS[f.name]) for f in _FIELDS]
+    # The aggregates key and classify rows by these values in Python: one the database would read differently
+    # (a "no" PostgreSQL takes as false) or that cannot be ordered with the others (a model name that is a
+    # number) is refused here, alone, instead of miscounting or failing its whole batch on every retry.
     for i in _TEXT_COLUMNS:
         value = values[i]
-        if type(value) is str and "\x00" in value:
+        if type(value) is not str:
+            raise _wrong_type(i, value, "text")
+        if "\x00" in value:
             values[i] = value.replace("\x00", "")  # PostgreSQL text cannot hold NUL
+    for i in _BOOL_COLUMNS:
+        if type(values[i]) is not bool:
+            raise _wrong_type(i, values[i], "true or false")
+    for i in _INT_COLUMNS:
+        if type(values[i]) is not int:
+            raise _wrong_type(i, values[i], "a whole number")
     moment = _moment(values[_CREATED_AT])
     values[_CREATED_AT] = moment.replace(tzinfo=None).isoformat(" ") if sqlite else moment
     values[_ATTEMPTS] = _attempts(values[_ATTEMPTS])

@@ -242,3 +242,51 @@ def test_a_value_of_the_wrong_type_is_refused_alone(redis_url, stream):
     dead = client.xrange(f"{stream}:dead")
     client.delete(f"{stream}:dead")
     assert [orjson.loads(fields[b"r"])["request_id"] for _, fields in dead] == [bad["request_id"]]
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("routed_model", 5),  # a number among model names: the aggregate keys could not be sorted
+        ("created_at", "2026-12-01T12:15:00+02:00"),  # PostgreSQL reads the offset, the aggregates did not
+        ("optimistic_primary", "no"),  # PostgreSQL reads false, Python read true
+        ("status", "503"),
+        ("chain_step", 1.5),
+    ],
+)
+def test_a_value_the_aggregates_would_misread_is_refused_alone(redis_url, stream, field, value):
+    import orjson
+    from django.db.models import Sum
+
+    from requestlogs.models import RequestHour, RequestMinute
+
+    client = redis.Redis.from_url(redis_url)
+    good = [record(i) for i in range(3)]
+    bad = {**record(9), field: value}
+    for r in (good[0], bad, good[1], good[2]):
+        client.xadd(stream, {"r": orjson.dumps(r)})
+
+    result = request_logs_ingest(redis_url=redis_url, stream=stream)
+
+    assert (result.read, result.inserted, result.dead_lettered) == (4, 3, 1)
+    dead = client.xrange(f"{stream}:dead")
+    client.delete(f"{stream}:dead")
+    assert [orjson.loads(fields[b"r"])["request_id"] for _, fields in dead] == [bad["request_id"]]
+    assert client.xpending(stream, "ingest")["pending"] == 0
+    assert sorted(RequestLog.objects.values_list("request_id", flat=True)) == sorted(r["request_id"] for r in good)
+    assert RequestMinute.objects.aggregate(n=Sum("requests"))["n"] == 3
+    assert RequestHour.objects.aggregate(n=Sum("requests"))["n"] == 3
+    assert set(RequestMinute.objects.values_list("tier", flat=True)) == {"primary"}
+
+
+def test_a_datetime_with_an_offset_is_stored_and_counted_at_its_utc_moment():
+    from datetime import UTC, datetime, timedelta, timezone
+
+    from requestlogs.models import RequestMinute
+
+    moment = datetime(2026, 12, 1, 12, 15, 30, tzinfo=timezone(timedelta(hours=2)))
+
+    request_logs_insert(records=[{**record(1), "created_at": moment}])
+
+    assert RequestLog.objects.get().created_at == datetime(2026, 12, 1, 10, 15, 30, tzinfo=UTC)
+    assert list(RequestMinute.objects.values_list("start", flat=True)) == [datetime(2026, 12, 1, 10, 15, tzinfo=UTC)]
