@@ -23,6 +23,8 @@ class Counters:
     circuits_held: int  # operator holds in force (forced open, drained providers)
     fallbacks_last_hour: int  # served by a chain entry in the last 60 minutes
     fallbacks_today: int  # since 00:00 UTC
+    hour_since: datetime  # the last hour is the 60 whole minutes [hour_since, until), the one under way last
+    until: datetime
 
 
 @dataclass(frozen=True)
@@ -44,12 +46,15 @@ def dashboard_counters(*, now: datetime) -> Counters:
     midnight = minute.replace(hour=0, minute=0)
     fallback = [str(t) for t in FALLBACK_TIERS]
     until = minute + timedelta(minutes=1)
+    hour_since = until - timedelta(hours=1)
     return Counters(
         circuits_open=tripped,
         circuits_half_open=states.count(State.HALF_OPEN),
         circuits_held=len(circuit_holds_in_force(now=now)),
-        fallbacks_last_hour=requests_count(since=until - timedelta(hours=1), until=until, tiers=fallback),
+        fallbacks_last_hour=requests_count(since=hour_since, until=until, tiers=fallback),
         fallbacks_today=requests_count(since=midnight, until=until, tiers=fallback, hourly=True),
+        hour_since=hour_since,
+        until=until,
     )
 
 

@@ -91,6 +91,18 @@ def _minute(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M")
 
 
+def _exact_logs(since: datetime, until: datetime, **query: Any) -> str:
+    """Request Logs for exactly [since, until), whole minutes as the aggregates count them: a rolling range
+    (`range=24h`) starts up to a bucket earlier than the Dashboard's first bucket and has no end, so its
+    count differed from the figure that links to it."""
+    return _logs_url(range="custom", **{"from": _minute(since), "to": _minute(until)}, **query)
+
+
+def _range_logs(data: Dashboard, **query: Any) -> str:
+    """Request Logs for the Dashboard's range: its buckets, the one under way included."""
+    return _exact_logs(data.since, data.until, **query)
+
+
 def _bucket_logs(data: Dashboard, i: int, extra: str = "") -> str:
     """Request Logs for exactly bucket i (a custom range), plus `extra` (an encoded query tail).
 
@@ -139,7 +151,7 @@ def _tier_panel(data: Dashboard) -> Panel:
             wide=charts.FULL,
         ),
         legend=[LegendItem(str(t), TIER_LABELS[t]) for t in present],
-        href=_logs_url(range=data.span.key),
+        href=_range_logs(data),
         link_text="Request Logs for this range",
     )
 
@@ -182,7 +194,7 @@ def _fallback_panel(data: Dashboard) -> Panel:
         if ranked
         else None,
         legend=legend,
-        href=_logs_url(range=data.span.key, fallback="yes"),
+        href=_range_logs(data, fallback="yes"),
         link_text="Fallback requests in Request Logs",
         empty=empty,
     )
@@ -257,7 +269,7 @@ def _latency_panel(data: Dashboard) -> Panel:
             ),
         ),
         legend=[LegendItem(x.key, x.label, dashed=x.dashed) for x in series],
-        href=_logs_url(range=data.span.key),
+        href=_range_logs(data),
         link_text="Request Logs for this range",
     )
 
@@ -295,12 +307,12 @@ def _error_panel(data: Dashboard) -> Panel:
             ),
         ),
         legend=[
-            LegendItem(f"g-{g}", g.label, _logs_url(range=data.span.key, status=STATUS_FILTER[g]))
+            LegendItem(f"g-{g}", g.label, _range_logs(data, status=STATUS_FILTER[g]))
             if g in STATUS_FILTER
             else LegendItem(f"g-{g}", g.label)
             for g in present
         ],
-        href=_logs_url(range=data.span.key, status="5xx"),
+        href=_range_logs(data, status="5xx"),
         link_text="5xx in Request Logs",
         empty="" if present else f"No errors in the last {data.span.label}.",
     )
@@ -337,10 +349,10 @@ def _context(data: Dashboard, range_error: str, *, is_admin: bool) -> dict[str, 
         "range_error": range_error,
         "poll_seconds": POLL_SECONDS,
         "self_url": reverse("dashboard") + ("" if data.span.key == DEFAULT_RANGE else f"?range={data.span.key}"),
-        "fallbacks_hour_url": _logs_url(range="1h", fallback="yes"),
+        "fallbacks_hour_url": _exact_logs(data.counters.hour_since, data.counters.until, fallback="yes"),
         "fallbacks_today_url": _logs_url(range="custom", **{"from": _minute(midnight)}, fallback="yes"),
         "health_url": health_url,
-        "logs_url": _logs_url(range=data.span.key),
+        "logs_url": _range_logs(data),
         "fallback_tiers": [TIER_LABELS[t] for t in FALLBACK_TIERS],
     }
 

@@ -3,6 +3,7 @@
 import re
 import time
 from datetime import UTC, datetime, timedelta
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from django.test import Client
@@ -120,10 +121,18 @@ def test_charts_link_to_the_request_logs_behind_them(admin_client, engine, outag
     html = html_of(admin_client, "/?range=24h")
 
     fallback_panel = html.split('id="dash-fallback"')[1].split("</section>")[0]
-    assert 'href="/logs/?range=24h&amp;fallback=yes"' in fallback_panel
+    # The range as the Dashboard counts it: 96 whole quarter hours, the one under way last.
+    heading = re.search(r'href="([^"]+)">Fallback requests', fallback_panel).group(1).replace("&amp;", "&")
+    heading = parse_qs(urlsplit(heading).query)
+    since, until = (datetime.strptime(heading[k][0], "%Y-%m-%dT%H:%M").replace(tzinfo=UTC) for k in ("from", "to"))
+    assert (heading["range"], heading["fallback"]) == (["custom"], ["yes"])
+    assert until - since == timedelta(hours=24) and until.minute % 15 == 0 and until > datetime.now(UTC)
     bucket_link = r'<a href="/logs/\?range=custom&amp;from=[0-9T:-]+&amp;to=[0-9T:-]+&amp;fallback=yes" tabindex="-1">'
     assert re.search(bucket_link, fallback_panel)
-    assert 'href="/logs/?range=24h&amp;status=5xx"' in html
+    assert (
+        f"from={heading['from'][0].replace(':', '%3A')}&amp;to={heading['to'][0].replace(':', '%3A')}&amp;status=5xx"
+        in html
+    )
     assert 'href="/fallback/health/"' in html.split('id="dash-circuits"')[1]
 
 
@@ -228,3 +237,69 @@ def test_model_names_are_escaped(admin_client, engine):
 
     assert "<b>x</b>" not in html
     assert "&lt;b&gt;x&lt;/b&gt;" in html
+
+
+COUNT = re.compile(r"<strong>([\d,]+)\+?</strong> requests?")
+
+
+def _link(html: str, label: str) -> str:
+    """The href of the counter whose label starts with `label`."""
+    found = re.search(
+        rf'<a href="([^"]+)"><span class="dash-counter-value">[\d,]+</span>\s*<span class="dash-counter-label">{label}',
+        html,
+    )
+    return found.group(1).replace("&amp;", "&")
+
+
+@pytest.mark.parametrize("range_key", ["1h", "24h", "7d"])
+def test_the_range_counter_opens_request_logs_with_as_many_requests(admin_client, engine, range_key):
+    # The range is whole buckets (the one under way is the last): a request in the rolling range but before
+    # the first bucket, and one stamped later than now in the bucket under way, are counted by the Dashboard
+    # exactly when the page its counter opens shows them.
+    step = {"1h": 60, "24h": 900, "7d": 3600}[range_key]
+    length = {"1h": 3600, "24h": 86400, "7d": 7 * 86400}[range_key]
+    now = time.time()
+    end = (int(now) // step + 1) * step
+    if end - now < 3:
+        time.sleep(end - now + 0.1)  # not across a bucket edge while the test runs
+        now = time.time()
+        end = (int(now) // step + 1) * step
+    request_logs_insert(
+        records=[
+            log_record(at=end - length - 0.5),  # before the first bucket, inside the rolling range when step > 1 s
+            log_record(at=end - length + 0.5),  # the first bucket
+            log_record(at=now - 1),
+            log_record(at=end - 0.5),  # later than now, still in the bucket under way
+            log_record(at=end + 0.5),  # the next bucket: on neither
+        ]
+    )
+
+    html = html_of(admin_client, f"/?range={range_key}")
+    total = int(re.search(COUNTER.format(value=r"([\d,]+)", label="requests? in the last"), html).group(1))
+    logs = html_of(admin_client, _link(html, "requests? in the last"))
+
+    assert total == 3
+    assert int(COUNT.search(logs).group(1)) == total
+
+
+def test_the_fallback_counter_opens_request_logs_with_as_many_requests(admin_client, engine):
+    now = time.time()
+    minute_end = (int(now) // 60 + 1) * 60
+    if minute_end - now < 3:
+        time.sleep(minute_end - now + 0.1)
+        now = time.time()
+        minute_end = (int(now) // 60 + 1) * 60
+    request_logs_insert(
+        records=[
+            log_record(at=minute_end - 3600 - 0.5, **fallback()),  # before the first minute counted
+            log_record(at=minute_end - 3600 + 0.5, **fallback()),
+            log_record(at=now - 1, **fallback()),
+            log_record(at=now - 1),
+        ]
+    )
+
+    html = html_of(admin_client, "/?range=1h")
+    logs = html_of(admin_client, _link(html, "fallbacks? in the last hour"))
+
+    assert re.search(COUNTER.format(value="2", label="fallbacks in the last hour"), html)
+    assert int(COUNT.search(logs).group(1)) == 2
