@@ -1,6 +1,7 @@
 """Catalog admin. Writes go through catalog.services (core.admin), so the admin validates, refuses (409) and
 audits exactly like the API; a refusal becomes an error message and nothing changes."""
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -426,11 +427,9 @@ class AuditedSaveAdmin(ServiceAdmin):
     changed (no event when none did). Django's changeform view runs save_model, save_related (which writes the
     many-to-many fields) and this audit write in one transaction."""
 
+    # Each subclass defines both: the audit log's object type, and the fields it records (a staticmethod).
     audit_object_type: str
-
-    @staticmethod
-    def _audited_fields(obj: Any) -> dict[str, Any]:
-        raise NotImplementedError
+    _audited_fields: Callable[[Any], dict[str, Any]]
 
     def _saved(self, request: HttpRequest, obj: Any, changed: dict[str, Any], change: bool) -> None:
         """After the audit event: what else a save changing these fields must do."""
