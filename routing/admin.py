@@ -122,7 +122,7 @@ class GuardrailForm(ServiceForm):
         )
 
     def service_validate(self, data: GuardrailInput) -> None:
-        _scope_errors_on_scope_id(lambda: guardrail_validate(data=data))
+        _scope_errors_on_scope_id(lambda: guardrail_validate(data=data, guardrail=self.current))
 
 
 @admin.register(Guardrail)

@@ -5,7 +5,7 @@ Each service is one transaction and writes its audit event inside it."""
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import models, transaction
 
 from audit.services import audit_changes, audit_record
 from catalog.enums import ScopeType
@@ -14,7 +14,7 @@ from catalog.scopes import Scope, scope_validate
 from catalog.services import name_checked, named
 from core.configbus import config_publish
 from core.db import save_unique
-from core.errors import ValidationFailed
+from core.errors import ConflictError, ValidationFailed
 from core.types import Actor
 from core.validation import FieldErrors, clean_name
 from routing.models import Alias, Guardrail, GuardrailAction, RoutingRule
@@ -23,6 +23,19 @@ RULE_NAME_MAX = 200
 ALIAS_NAME_MAX = 128
 GUARDRAIL_NAME_MAX = 200
 GUARDRAIL_MESSAGE_MAX = 300
+
+
+def _stored[M: models.Model](row: M, *, what: str, related: tuple[str, ...]) -> M:
+    """The row as stored, locked for the rest of the transaction (the caller's instance may be stale).
+
+    A row deleted since the caller read it is a 409: saving the caller's instance would insert it again
+    (Django's save() inserts when its UPDATE finds no row) and audit an update of a row nobody can see."""
+    # of=self: PostgreSQL cannot lock the nullable side of the outer joins select_related makes.
+    rows = type(row)._default_manager.select_for_update(of=("self",)).select_related(*related)
+    stored = rows.filter(pk=row.pk).first()
+    if stored is None:
+        raise ConflictError(f"This {what} no longer exists; it was deleted by someone else.")
+    return stored
 
 
 @dataclass(frozen=True)
@@ -116,7 +129,8 @@ def routing_rule_create(*, actor: Actor, data: RoutingRuleInput) -> RoutingRule:
 
 @transaction.atomic
 def routing_rule_update(*, actor: Actor, rule: RoutingRule, data: RoutingRuleInput) -> RoutingRule:
-    """Replace a routing rule's fields; audit the changed ones."""
+    """Replace a routing rule's fields; audit the changed ones. A rule deleted meanwhile is a ConflictError."""
+    rule = _stored(rule, what="routing rule", related=("source_model", "target_model"))
     fields = _routing_rule_validate(data, exclude_pk=rule.pk)
     before = _routing_rule_snapshot(rule)
     for name, value in fields.items():
@@ -137,7 +151,8 @@ def routing_rule_update(*, actor: Actor, rule: RoutingRule, data: RoutingRuleInp
 
 @transaction.atomic
 def routing_rule_delete(*, actor: Actor, rule: RoutingRule) -> None:
-    """Delete a routing rule; the audit event keeps a full snapshot."""
+    """Delete a routing rule; the audit event keeps a full snapshot. A rule deleted meanwhile is a ConflictError."""
+    rule = _stored(rule, what="routing rule", related=("source_model", "target_model"))
     snapshot, pk = _routing_rule_snapshot(rule), rule.pk
     rule.delete()
     audit_record(
@@ -200,7 +215,8 @@ def alias_create(*, actor: Actor, data: AliasInput) -> Alias:
 
 @transaction.atomic
 def alias_update(*, actor: Actor, alias: Alias, data: AliasInput) -> Alias:
-    """Rename an alias or point it at another model."""
+    """Rename an alias or point it at another model. An alias deleted meanwhile is a ConflictError."""
+    alias = _stored(alias, what="alias", related=("model",))
     fields = _alias_validate(data, exclude_pk=alias.pk)
     before = _alias_snapshot(alias)
     for name, value in fields.items():
@@ -221,7 +237,8 @@ def alias_update(*, actor: Actor, alias: Alias, data: AliasInput) -> Alias:
 
 @transaction.atomic
 def alias_delete(*, actor: Actor, alias: Alias) -> None:
-    """Delete an alias."""
+    """Delete an alias. An alias deleted meanwhile is a ConflictError."""
+    alias = _stored(alias, what="alias", related=("model",))
     snapshot, pk = _alias_snapshot(alias), alias.pk
     alias.delete()
     audit_record(
@@ -263,7 +280,7 @@ def _model_or_none(name: str) -> LlmModel | None:
     return LlmModel.objects.filter(name=name).first()
 
 
-def _guardrail_validate(data: GuardrailInput) -> dict[str, Any]:
+def _guardrail_validate(data: GuardrailInput, *, exclude_pk: int | None) -> dict[str, Any]:
     """Check every rule and collect all field errors before raising."""
     errors = FieldErrors()
     name = clean_name(errors, data.name, max_length=GUARDRAIL_NAME_MAX, label="Guardrail name")
@@ -286,6 +303,16 @@ def _guardrail_validate(data: GuardrailInput) -> dict[str, Any]:
         scope = scope_validate(scope_type=data.scope_type, scope_id=data.scope_id)
     except ValidationFailed as exc:
         errors.extend(exc.errors)
+    if scope is not None and not errors.has("model"):
+        # One guardrail per (model or every model, scope), as one rule and one chain: the gateway could only
+        # apply one of two (the oldest), and the other would be a write that silently changes nothing.
+        clash = Guardrail.objects.filter(model=model, scope_type=scope.type, scope_id=scope.id)
+        if exclude_pk is not None:
+            clash = clash.exclude(pk=exclude_pk)
+        other = clash.order_by("pk").values_list("name", flat=True).first()
+        if other is not None:
+            what = model.name if model is not None else "every model"
+            errors.add("model", f"Guardrail “{other}” already covers {what} in this scope; edit it instead.")
     errors.raise_if_any()
     assert scope is not None
     return {
@@ -300,15 +327,16 @@ def _guardrail_validate(data: GuardrailInput) -> dict[str, Any]:
     }
 
 
-def guardrail_validate(*, data: GuardrailInput) -> None:
-    """Raise ValidationFailed as guardrail_create or guardrail_update would; writes nothing."""
-    _guardrail_validate(data)
+def guardrail_validate(*, data: GuardrailInput, guardrail: Guardrail | None = None) -> None:
+    """Raise ValidationFailed as guardrail_create (or guardrail_update of `guardrail`) would; writes nothing."""
+    _guardrail_validate(data, exclude_pk=guardrail.pk if guardrail else None)
 
 
 @transaction.atomic
 def guardrail_create(*, actor: Actor, data: GuardrailInput) -> Guardrail:
-    """Create a guardrail: deny needs a message, rewrite a target model other than the matched one."""
-    guardrail = Guardrail(**_guardrail_validate(data))
+    """Create a guardrail: deny needs a message, rewrite a target model other than the matched one; at most one
+    guardrail per (model or every model, scope)."""
+    guardrail = Guardrail(**_guardrail_validate(data, exclude_pk=None))
     guardrail.save()
     audit_record(
         actor=actor,
@@ -324,8 +352,9 @@ def guardrail_create(*, actor: Actor, data: GuardrailInput) -> Guardrail:
 
 @transaction.atomic
 def guardrail_update(*, actor: Actor, guardrail: Guardrail, data: GuardrailInput) -> Guardrail:
-    """Replace a guardrail's fields; audit the changed ones."""
-    fields = _guardrail_validate(data)
+    """Replace a guardrail's fields; audit the changed ones. A guardrail deleted meanwhile is a ConflictError."""
+    guardrail = _stored(guardrail, what="guardrail", related=("model", "target_model"))
+    fields = _guardrail_validate(data, exclude_pk=guardrail.pk)
     before = _guardrail_snapshot(guardrail)
     for name, value in fields.items():
         setattr(guardrail, name, value)
@@ -345,7 +374,8 @@ def guardrail_update(*, actor: Actor, guardrail: Guardrail, data: GuardrailInput
 
 @transaction.atomic
 def guardrail_delete(*, actor: Actor, guardrail: Guardrail) -> None:
-    """Delete a guardrail; the audit event keeps a full snapshot."""
+    """Delete a guardrail; the audit event keeps a full snapshot. A guardrail deleted meanwhile is a ConflictError."""
+    guardrail = _stored(guardrail, what="guardrail", related=("model", "target_model"))
     snapshot, pk = _guardrail_snapshot(guardrail), guardrail.pk
     guardrail.delete()
     audit_record(

@@ -247,6 +247,21 @@ def test_admin_guardrail_form_shows_the_service_errors_and_saves_nothing(admin_c
     assert (Guardrail.objects.count(), events()) == (0, [])
 
 
+def test_admin_guardrail_form_refuses_a_second_guardrail_on_the_same_model_and_scope(admin_client, models):
+    GuardrailFactory(name="Older", model=models["gpt-4o"], action="deny", message="No.")
+
+    response = admin_client.post(
+        "/admin/routing/guardrail/add/",
+        guardrail_form(models, name="Cheaper", action="rewrite", target_model=models["gpt-4o-mini"].pk, message=""),
+    )
+
+    assert response.status_code == 200
+    assert form_errors(response) == {
+        "model": ["Guardrail “Older” already covers gpt-4o in this scope; edit it instead."]
+    }
+    assert (Guardrail.objects.count(), events()) == (1, [])
+
+
 def test_admin_guardrail_change_audits_only_the_changed_fields(admin_client, models):
     guardrail = GuardrailFactory(name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive.")
 

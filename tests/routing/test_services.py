@@ -4,20 +4,24 @@ import pytest
 
 from audit.models import AuditEvent
 from core.configbus import config_subscribe, config_unsubscribe
-from core.errors import ValidationFailed
+from core.errors import ConflictError, ValidationFailed
 from routing.models import Guardrail
 from routing.services import (
     AliasInput,
     GuardrailInput,
     RoutingRuleInput,
+    alias_delete,
+    alias_update,
     alias_validate,
     guardrail_create,
     guardrail_delete,
     guardrail_update,
     guardrail_validate,
+    routing_rule_delete,
+    routing_rule_update,
     routing_rule_validate,
 )
-from tests.factories import AgentFactory, AliasFactory, GuardrailFactory, RoutingRuleFactory
+from tests.factories import AgentFactory, AliasFactory, GuardrailFactory, RoutingRuleFactory, TeamFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -224,3 +228,128 @@ def test_alias_validate_excludes_the_alias_being_edited(models):
     assert exc.value.errors == {"name": ["An alias named “fast” already exists."]}
     alias.refresh_from_db()
     assert alias.model == models["gpt-4o"]
+
+
+# --- a row changed or deleted by someone else meanwhile -----------------------------------------
+
+
+def _rule(models):
+    row = RoutingRuleFactory(name="Downgrade", source_model=models["gpt-4o"], target_model=models["gpt-4o-mini"])
+    data = RoutingRuleInput(name="Downgrade", source_model="gpt-4o", target_model="claude-sonnet")
+    return row, routing_rule_update, routing_rule_delete, "rule", data
+
+
+def _alias(models):
+    row = AliasFactory(name="fast", model=models["gpt-4o"])
+    return row, alias_update, alias_delete, "alias", AliasInput(name="fast", model="claude-sonnet")
+
+
+def _guardrail(models):
+    row = GuardrailFactory(name="No gpt-4o", model=models["gpt-4o"], action="deny", message="Too expensive.")
+    return row, guardrail_update, guardrail_delete, "guardrail", deny(message="Use gpt-4o-mini.")
+
+
+ROWS = pytest.mark.parametrize("make", [_rule, _alias, _guardrail], ids=["rule", "alias", "guardrail"])
+
+
+@ROWS
+def test_an_update_of_a_row_deleted_meanwhile_is_a_conflict_and_does_not_bring_it_back(admin_user, models, make):
+    row, update, delete, keyword, data = make(models)
+    stale = type(row).objects.get(pk=row.pk)  # what the API or the admin read before the other admin deleted it
+    delete(actor=admin_user, **{keyword: row})
+
+    with pytest.raises(ConflictError) as exc:
+        update(actor=admin_user, **{keyword: stale}, data=data)
+
+    assert "no longer exists" in exc.value.message
+    assert not type(row).objects.filter(pk=row.pk).exists()
+    assert [a.split(".")[1] for a in AuditEvent.objects.values_list("action", flat=True)] == ["delete"]
+
+
+@ROWS
+def test_a_second_delete_of_the_same_row_is_a_conflict_with_one_audit_event(admin_user, models, make):
+    row, _, delete, keyword, _ = make(models)
+    stale = type(row).objects.get(pk=row.pk)
+    delete(actor=admin_user, **{keyword: row})
+
+    with pytest.raises(ConflictError):
+        delete(actor=admin_user, **{keyword: stale})
+
+    assert AuditEvent.objects.count() == 1
+
+
+@ROWS
+def test_an_update_audits_against_the_stored_row_not_the_callers_stale_copy(admin_user, models, make):
+    row, update, _, keyword, data = make(models)
+    stale = type(row).objects.get(pk=row.pk)
+    # Someone else changed the row after the caller read it; the caller's copy still shows the old state.
+    type(row).objects.filter(pk=row.pk).update(name="Renamed meanwhile")
+
+    update(actor=admin_user, **{keyword: stale}, data=data)
+
+    event = AuditEvent.objects.get()
+    assert event.before["name"] == "Renamed meanwhile"
+
+
+# --- one guardrail per (model or every model, scope) ---------------------------------------------
+
+
+def test_a_second_guardrail_on_the_same_model_and_scope_is_refused(admin_user, models):
+    first = guardrail_create(actor=admin_user, data=deny())
+
+    with pytest.raises(ValidationFailed) as exc:
+        guardrail_create(
+            actor=admin_user,
+            data=GuardrailInput(name="Cheaper", action="rewrite", model="gpt-4o", target_model="gpt-4o-mini"),
+        )
+
+    assert exc.value.errors == {
+        "model": ["Guardrail “No gpt-4o” already covers gpt-4o in this scope; edit it instead."]
+    }
+    assert list(Guardrail.objects.values_list("pk", flat=True)) == [first.pk]
+
+
+def test_a_second_catch_all_guardrail_in_the_same_scope_is_refused(admin_user, models):
+    team = TeamFactory()
+    everything = deny(name="Nothing", model=None, scope_type="team", scope_id=team.pk)
+    guardrail_create(actor=admin_user, data=everything)
+
+    with pytest.raises(ValidationFailed) as exc:
+        guardrail_create(
+            actor=admin_user, data=deny(name="Still nothing", model="", scope_type="team", scope_id=team.pk)
+        )
+
+    assert exc.value.errors == {
+        "model": ["Guardrail “Nothing” already covers every model in this scope; edit it instead."]
+    }
+
+
+def test_guardrails_on_the_same_model_in_other_scopes_or_on_other_models_are_allowed(admin_user, models):
+    team = TeamFactory()
+    guardrail_create(actor=admin_user, data=deny())
+    guardrail_create(actor=admin_user, data=deny(name="Team", scope_type="team", scope_id=team.pk))
+    guardrail_create(actor=admin_user, data=deny(name="Every model", model=None))
+    guardrail_create(actor=admin_user, data=deny(name="Mini", model="gpt-4o-mini"))
+
+    assert Guardrail.objects.count() == 4
+
+
+def test_a_guardrail_may_be_saved_again_and_validate_excludes_the_one_being_edited(admin_user, models):
+    guardrail = guardrail_create(actor=admin_user, data=deny())
+
+    guardrail_update(actor=admin_user, guardrail=guardrail, data=deny(message="Use gpt-4o-mini."))
+    guardrail_validate(data=deny(), guardrail=guardrail)
+    with pytest.raises(ValidationFailed):
+        guardrail_validate(data=deny())
+
+
+def test_a_guardrail_cannot_be_moved_onto_another_ones_model_and_scope(admin_user, models):
+    guardrail_create(actor=admin_user, data=deny())
+    other = guardrail_create(actor=admin_user, data=deny(name="Mini", model="gpt-4o-mini"))
+
+    with pytest.raises(ValidationFailed) as exc:
+        guardrail_update(actor=admin_user, guardrail=other, data=deny(name="Mini"))
+
+    assert "model" in exc.value.errors
+    other.refresh_from_db()
+    assert other.model == models["gpt-4o-mini"]
