@@ -32,6 +32,10 @@ class NameClaim(Protocol):
     def __call__(self, *, name: str) -> bool: ...
 
 
+class ProviderMove(Protocol):
+    def __call__(self, *, model: LlmModel, provider: Provider) -> list[str]: ...
+
+
 @dataclass(frozen=True)
 class _Referrer[F]:
     kind: str  # key in the ConflictError's errors, e.g. "routing_rules"
@@ -49,6 +53,7 @@ _provider_referrers: dict[str, _Referrer[ProviderFinder]] = {}
 _model_referrers: dict[str, _Referrer[ModelFinder]] = {}
 _scope_referrers: dict[str, _Referrer[ScopeFinder]] = {}
 _model_name_claims: dict[str, _Claim] = {}
+_provider_moves: dict[str, ProviderMove] = {}
 _labels: dict[str, str] = {}
 
 
@@ -75,6 +80,12 @@ def register_model_name_claim(*, kind: str, what: str, claims: NameClaim) -> Non
     _model_name_claims[kind] = _Claim(what, claims)
 
 
+def register_provider_move_check(*, kind: str, check: ProviderMove) -> None:
+    """`check(model=..., provider=...)` says, one sentence per row of `kind`, what serving `model` by default
+    through `provider` would break (a chain entry that would be its own source, say); [] when nothing."""
+    _provider_moves[kind] = check
+
+
 def _found[F](referrers: dict[str, _Referrer[F]], ask: Callable[[F], list[str]]) -> dict[str, list[str]]:
     refs: dict[str, list[str]] = {}
     for referrer in sorted(referrers.values(), key=lambda r: (r.order, r.kind)):
@@ -99,6 +110,13 @@ def scope_references(*, scope_type: str, scope_id: int) -> dict[str, list[str]]:
     Scopes store a bare target id (no foreign key), so deleting a target they name would leave them dangling.
     """
     return _found(_scope_referrers, lambda find: find(scope_type=scope_type, scope_id=scope_id))
+
+
+def provider_move_problems(*, model: LlmModel, provider: Provider) -> list[str]:
+    """What the registered apps say moving `model`'s default provider to `provider` would break."""
+    return [
+        problem for kind in sorted(_provider_moves) for problem in _provider_moves[kind](model=model, provider=provider)
+    ]
 
 
 def model_name_claimed_as(*, name: str) -> str | None:

@@ -18,3 +18,4 @@ class ChainsConfig(AppConfig):
         references.register_scope_referrer(
             kind="chains", label="chains", order=10, find=selectors.chains_referencing_scope
         )
+        references.register_provider_move_check(kind="chains", check=selectors.chains_broken_by_provider_move)

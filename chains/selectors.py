@@ -63,6 +63,37 @@ def chains_referencing_model(*, model: LlmModel) -> list[str]:
     return sorted(names.values_list("name", flat=True))
 
 
+def chains_broken_by_provider_move(*, model: LlmModel, provider: Provider) -> list[str]:
+    """What serving `model` by default through `provider` would do to the chains that name it: an entry that
+    would be its chain's source (a chain cannot fall back to itself), or two entries that would be the same
+    target. The chain editor refuses both; the gateway would call the same circuit twice."""
+
+    def served_by(entry_model: LlmModel, entry_provider_id: int | None) -> int:
+        if entry_provider_id is not None:
+            return entry_provider_id
+        return provider.pk if entry_model.pk == model.pk else entry_model.provider_id
+
+    problems = []
+    chains = FallbackChain.objects.filter(Q(source_model=model) | Q(entries__model=model)).distinct()
+    for chain in _with_entries(chains).order_by("name", "id"):
+        source = (chain.source_model_id, served_by(chain.source_model, None))
+        seen: set[tuple[int, int]] = set()
+        for entry in chain.entries.all():
+            key = (entry.model_id, served_by(entry.model, entry.provider_id))
+            if key == source:
+                problems.append(
+                    f"Chain “{chain.name}”: its entry {entry.model.name} via {provider.name} would be its own "
+                    "source model; remove that entry first."
+                )
+            elif key in seen:
+                problems.append(
+                    f"Chain “{chain.name}”: two entries would both be {entry.model.name} via {provider.name}; "
+                    "remove one first."
+                )
+            seen.add(key)
+    return problems
+
+
 def chains_referencing_provider(*, provider: Provider) -> list[str]:
     qs = FallbackChain.objects.filter(
         Q(source_model__provider=provider) | Q(entries__provider=provider) | Q(entries__model__provider=provider)

@@ -9,7 +9,7 @@ from django.db import transaction
 from audit.services import audit_record
 from catalog.enums import Capability
 from catalog.models import LlmModel, Provider
-from catalog.references import model_name_claimed_as, model_references
+from catalog.references import model_name_claimed_as, model_references, provider_move_problems
 from catalog.selectors import providers_deploying
 from catalog.services._shared import audit_update, delete_checked, name_checked, refuse_if_referenced, save_named
 from core.configbus import config_publish
@@ -59,6 +59,10 @@ def _llm_model_validate(data: LlmModelInput, *, exclude_pk: int | None) -> dict[
         errors.add("provider", "Provider is required.")
     elif provider is None:
         errors.add("provider", f"Unknown provider “{provider_name}”.")
+    elif exclude_pk is not None and (stored := LlmModel.objects.filter(pk=exclude_pk).first()) is not None:
+        if stored.provider_id != provider.pk:
+            for problem in provider_move_problems(model=stored, provider=provider):
+                errors.add("provider", problem)
     unknown = [c for c in data.capabilities if c not in Capability.values]
     if unknown:
         errors.add(
