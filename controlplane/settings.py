@@ -9,6 +9,7 @@ import secrets
 from pathlib import Path
 
 import dj_database_url
+from cryptography.fernet import Fernet
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
@@ -47,6 +48,17 @@ def _secret_key() -> str:
 SECRET_KEY = _secret_key()
 # Fernet keys (comma separated, newest first) for secrets at rest; derived from SECRET_KEY when unset.
 FIELD_ENCRYPTION_KEYS = env_list("FIELD_ENCRYPTION_KEYS", [])
+for _position, _key in enumerate(FIELD_ENCRYPTION_KEYS, start=1):
+    # Checked here, not at the first encrypt: a malformed key made every stored provider key read as
+    # undecryptable and every save fail. The message names the entry, never its value (a secret).
+    try:
+        Fernet(_key)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"FIELD_ENCRYPTION_KEYS: entry {_position} is not a Fernet key (32 url-safe base64-encoded bytes, "
+            "e.g. from `python -c 'from cryptography.fernet import Fernet; print(Fernet.generate_key().decode())'`)."
+        ) from None
+    del _key
 # Previous SECRET_KEYs (comma separated) while rotating: old sessions and signatures stay valid, and
 # provider API keys encrypted under a key derived from one of them still decrypt.
 SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
@@ -191,8 +203,9 @@ if min(AUTH_FAILURE_LIMIT, AUTH_FAILURE_WINDOW_SECONDS, AUTH_LOCKOUT_SECONDS) < 
     )
 
 # GET /metrics (gateway and console; docs/metrics.md) answers clients whose address is in one of these networks
-# (comma-separated CIDRs, default loopback), or that send an admin console API token. The address is the TCP peer's,
-# never X-Forwarded-For: behind a proxy, the proxy's address is what counts.
+# (comma-separated CIDRs, default loopback), or that send an admin console API token. The gateway checks the TCP
+# peer's address, never X-Forwarded-For; the console checks the address throttling counts (TRUSTED_PROXY_COUNT-aware,
+# access.client.client_ip), so a proxy on the same host does not make every client loopback (docs/decisions.md).
 METRICS_ALLOWED_NETWORKS = env_list("METRICS_ALLOWED_NETWORKS", ["127.0.0.0/8", "::1/128"])
 for _network in METRICS_ALLOWED_NETWORKS:
     try:
@@ -237,6 +250,9 @@ SECURE_SSL_REDIRECT = env_bool("SECURE_SSL_REDIRECT", _TLS_DEFAULT)
 # header the proxy sets to say the client spoke https. Without it a proxied request looks like http.
 SECURE_PROXY_SSL_HEADER = env_proxy_ssl_header("SECURE_PROXY_SSL_HEADER")
 SECURE_HSTS_SECONDS = env_int("SECURE_HSTS_SECONDS", 31_536_000 if _TLS_DEFAULT else 0)
+if SECURE_HSTS_SECONDS < 0:
+    # A negative max-age passes check --deploy (it asks for non-zero) and browsers ignore the header it makes.
+    raise ImproperlyConfigured(f"SECURE_HSTS_SECONDS must be 0 or more (0 sends no HSTS), got {SECURE_HSTS_SECONDS}.")
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", _TLS_DEFAULT)
 SECURE_HSTS_PRELOAD = env_bool("SECURE_HSTS_PRELOAD", _TLS_DEFAULT)
 X_FRAME_OPTIONS = "DENY"
@@ -289,6 +305,10 @@ REQUEST_LOG_RETENTION_DAYS = env_int("REQUEST_LOG_RETENTION_DAYS", 30)
 # The Dashboard's per-minute and per-hour request aggregates (docs/dashboard.md): days kept by the retention job.
 REQUEST_AGGREGATE_MINUTE_DAYS = env_int("REQUEST_AGGREGATE_MINUTE_DAYS", 8)
 REQUEST_AGGREGATE_HOUR_DAYS = env_int("REQUEST_AGGREGATE_HOUR_DAYS", 90)
+# 0 or less would put the hourly retention job's cutoff at now or later: everything deleted.
+for _name in ("REQUEST_LOG_RETENTION_DAYS", "REQUEST_AGGREGATE_MINUTE_DAYS", "REQUEST_AGGREGATE_HOUR_DAYS"):
+    if globals()[_name] < 1:
+        raise ImproperlyConfigured(f"{_name} must be at least 1, got {globals()[_name]}.")
 # Circuit history (CircuitEvent): days kept by the daily retention job; each circuit's last state is kept.
 CIRCUIT_EVENT_RETENTION_DAYS = env_int("CIRCUIT_EVENT_RETENTION_DAYS", 90)
 if CIRCUIT_EVENT_RETENTION_DAYS < 1:

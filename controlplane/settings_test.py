@@ -18,7 +18,7 @@ EMBEDDED_PERIODIC_JOBS = False
 CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 SESSION_COOKIE_SECURE = False
 CSRF_COOKIE_SECURE = False
-# The test client speaks plain http; tests/controlplane/test_deploy.py checks the production values.
+# The test client speaks plain http; tests/deploy/test_deploy_check.py checks the production values.
 SECURE_SSL_REDIRECT = False
 # No collectstatic in tests: serve and resolve static files from the source folders.
 WHITENOISE_USE_FINDERS = True

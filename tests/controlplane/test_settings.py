@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 PROBE = "import django; django.setup(); from django.conf import settings; print(settings.{attr})"
 
@@ -76,3 +78,63 @@ def test_postgres_connections_give_up_after_a_connect_timeout(tmp_path):
     from_url = _run({"DATABASE_URL": url + "?connect_timeout=9", "CONTROLPLANE_VAR_DIR": str(tmp_path)}, attr=attr)
 
     assert [r.stdout.strip() for r in (default, from_env, from_url)] == ["5", "2", "9"]
+
+
+def test_malformed_field_encryption_key_is_refused_without_echoing_it(tmp_path):
+    """A value that is not a Fernet key (a password, a truncated key) used to load: every stored provider key then
+    read as "Cannot be decrypted" with a hint blaming a SECRET_KEY change, and saving a provider failed with a 500."""
+    good = "A" * 43 + "="
+    result = _run({"FIELD_ENCRYPTION_KEYS": f"{good},hunter2-not-a-key", "CONTROLPLANE_VAR_DIR": str(tmp_path)})
+
+    assert result.returncode != 0
+    assert "FIELD_ENCRYPTION_KEYS: entry 2 is not a Fernet key" in result.stderr
+    assert "hunter2" not in result.stderr
+
+
+def test_valid_field_encryption_keys_load(tmp_path):
+    keys = ["A" * 43 + "=", "B" * 43 + "="]
+    result = _run(
+        {"FIELD_ENCRYPTION_KEYS": " , ".join(keys), "CONTROLPLANE_VAR_DIR": str(tmp_path)}, attr="FIELD_ENCRYPTION_KEYS"
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == repr(keys)
+
+
+def test_negative_hsts_max_age_is_refused(tmp_path):
+    """-1 passed `check --deploy` (it only asks for a non-zero value) and sent `max-age=-1`, which browsers ignore:
+    no HSTS at all."""
+    result = _run({"SECURE_HSTS_SECONDS": "-1", "CONTROLPLANE_VAR_DIR": str(tmp_path)})
+
+    assert result.returncode != 0
+    assert "SECURE_HSTS_SECONDS must be 0 or more" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "name", ["REQUEST_LOG_RETENTION_DAYS", "REQUEST_AGGREGATE_MINUTE_DAYS", "REQUEST_AGGREGATE_HOUR_DAYS"]
+)
+@pytest.mark.parametrize("value", ["0", "-3"])
+def test_retention_below_one_day_is_refused(tmp_path, name, value):
+    """0 or less made the hourly retention job's cutoff now (or later): every request log or aggregate deleted."""
+    result = _run({name: value, "CONTROLPLANE_VAR_DIR": str(tmp_path)})
+
+    assert result.returncode != 0
+    assert f"{name} must be at least 1" in result.stderr
+
+
+PRODUCTION = {"REDIS_URL": "redis://127.0.0.1:6379/0", "SECRET_KEY": "k" * 10 + "0123456789" * 5}
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_boolean_keeps_its_default(tmp_path, value):
+    """`SECURE_COOKIES=` (an env file or manifest entry left blank) read as false: production cookies went out over
+    plain http. Empty now means the default, as it already did for integers."""
+    env = {**PRODUCTION, "CONTROLPLANE_VAR_DIR": str(tmp_path)}
+    result = _run(
+        {**env, "SECURE_COOKIES": value, "SECURE_SSL_REDIRECT": value, "SECURE_HSTS_PRELOAD": value},
+        attr="SESSION_COOKIE_SECURE, settings.CSRF_COOKIE_SECURE, settings.SECURE_SSL_REDIRECT, "
+        "settings.SECURE_HSTS_PRELOAD",
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True True True True"
