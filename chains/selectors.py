@@ -80,6 +80,9 @@ def chains_broken_by_provider_move(*, model: LlmModel, provider: Provider) -> li
         seen: set[tuple[int, int]] = set()
         for entry in chain.entries.all():
             key = (entry.model_id, served_by(entry.model, entry.provider_id))
+            if key != (model.pk, provider.pk):
+                seen.add(key)  # only `model` via `provider` can clash because of the move: the rest is as it was
+                continue
             if key == source:
                 problems.append(
                     f"Chain “{chain.name}”: its entry {entry.model.name} via {provider.name} would be its own "

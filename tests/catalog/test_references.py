@@ -118,3 +118,18 @@ def test_the_api_answers_a_breaking_provider_change_with_the_field_s_400(admin_c
 
     assert response.status_code == 400
     assert "would be its own source model" in response.json()["errors"]["provider"][0]
+
+
+def test_a_clash_the_move_does_not_make_is_not_blamed_on_it():
+    # Two entries of another model that already repeat each other (saved before the editor refused that) are the
+    # chain's own problem, not something moving gpt-4o would cause.
+    gpt, _ = _catalog()
+    chain = chain_create(
+        actor=None, data=ChainInput(name="Backup", source_model="gpt-4o", entries=[EntryInput("gpt-4o-mini")])
+    )
+    chain.entries.create(position=1, model=LlmModel.objects.get(name="gpt-4o-mini"))
+
+    _move(gpt, "azure")
+
+    gpt.refresh_from_db()
+    assert gpt.provider.name == "azure"
