@@ -18,5 +18,7 @@ RUN groupadd --system app && useradd --system --gid app --home /app app \
 
 USER app
 EXPOSE 8000
-# The console by default; compose overrides the command for the other processes.
-CMD ["gunicorn", "controlplane.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3"]
+# The console by default; compose overrides the command for the other processes. Threaded workers: gunicorn's
+# sync worker is killed when one response outlasts --timeout (30 s), which cut a large CSV export to a slow
+# client short; a gthread worker reports itself alive while its threads serve.
+CMD ["gunicorn", "controlplane.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--worker-class", "gthread", "--threads", "4"]
