@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.enums import Capability, Protocol, ScopeType
-from catalog.models import ApiKey, Provider
+from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
 from catalog.selectors import (
     agent_list,
     api_key_list,
@@ -48,7 +48,7 @@ from catalog.services import (
     team_delete,
     team_update,
 )
-from core.api import StandardPagination, input_validate, paginated_response
+from core.api import StandardPagination, input_validate, paginated_response, row_locked_update
 
 
 class ScopeSerializer(serializers.Serializer):
@@ -191,6 +191,7 @@ class ProviderUpdateApi(APIView):
         return ProviderUpdateApi._update(request, provider_id, partial=True)
 
     @staticmethod
+    @row_locked_update(Provider)
     def _update(request: Request, provider_id: int, *, partial: bool) -> Response:
         provider = get_object_or_404(provider_list(), pk=provider_id)
         data = input_validate(ProviderCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -303,6 +304,7 @@ class LlmModelUpdateApi(APIView):
         return LlmModelUpdateApi._update(request, model_id, partial=True)
 
     @staticmethod
+    @row_locked_update(LlmModel)
     def _update(request: Request, model_id: int, *, partial: bool) -> Response:
         model = get_object_or_404(llm_model_list(), pk=model_id)
         data = input_validate(LlmModelCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -386,6 +388,7 @@ class TeamUpdateApi(APIView):
         return TeamUpdateApi._update(request, team_id, partial=True)
 
     @staticmethod
+    @row_locked_update(Team)
     def _update(request: Request, team_id: int, *, partial: bool) -> Response:
         team = get_object_or_404(team_list(), pk=team_id)
         data = input_validate(TeamCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -473,6 +476,7 @@ class ApplicationUpdateApi(APIView):
         return ApplicationUpdateApi._update(request, application_id, partial=True)
 
     @staticmethod
+    @row_locked_update(Application)
     def _update(request: Request, application_id: int, *, partial: bool) -> Response:
         application = get_object_or_404(application_list(), pk=application_id)
         data = input_validate(ApplicationCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -554,6 +558,7 @@ class AgentUpdateApi(APIView):
         return AgentUpdateApi._update(request, agent_id, partial=True)
 
     @staticmethod
+    @row_locked_update(Agent)
     def _update(request: Request, agent_id: int, *, partial: bool) -> Response:
         agent = get_object_or_404(agent_list(), pk=agent_id)
         data = input_validate(AgentCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -677,6 +682,7 @@ class ApiKeyUpdateApi(APIView):
         return ApiKeyUpdateApi._update(request, key_id, partial=True)
 
     @staticmethod
+    @row_locked_update(ApiKey)
     def _update(request: Request, key_id: int, *, partial: bool) -> Response:
         key = get_object_or_404(api_key_list(), pk=key_id)
         data = input_validate(ApiKeyUpdateApi.InputSerializer(data=request.data, partial=partial))

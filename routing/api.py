@@ -16,7 +16,9 @@ from core.api import (
     input_validate,
     nested_input_validate,
     paginated_response,
+    row_locked_update,
 )
+from routing.models import Alias, RoutingRule
 from routing.selectors import alias_list, routing_rule_list
 from routing.services import (
     AliasInput,
@@ -119,6 +121,7 @@ class RoutingRuleUpdateApi(APIView):
         return RoutingRuleUpdateApi._update(request, rule_id, partial=True)
 
     @staticmethod
+    @row_locked_update(RoutingRule)
     def _update(request: Request, rule_id: int, *, partial: bool) -> Response:
         rule = get_object_or_404(routing_rule_list(), pk=rule_id)
         data = input_validate(RoutingRuleCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -210,6 +213,7 @@ class AliasUpdateApi(APIView):
         return AliasUpdateApi._update(request, alias_id, partial=True)
 
     @staticmethod
+    @row_locked_update(Alias)
     def _update(request: Request, alias_id: int, *, partial: bool) -> Response:
         alias = get_object_or_404(alias_list(), pk=alias_id)
         data = input_validate(AliasCreateApi.InputSerializer(data=request.data, partial=partial))
