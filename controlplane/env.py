@@ -10,7 +10,12 @@ _FALSE = {"0", "false", "no", "off"}
 
 
 def env_str(name: str, default: str = "") -> str:
-    return os.environ.get(name, default)
+    """Unset or empty (blank in an env file) is the default, as for env_bool and env_int: an empty
+    `CELERY_QUEUE`, `REQUEST_LOG_STREAM` or `LOG_LEVEL` is never a name anyone meant."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    return raw
 
 
 def env_bool(name: str, default: bool = False) -> bool:
@@ -38,6 +43,7 @@ def env_int(name: str, default: int) -> int:
 
 
 def env_list(name: str, default: list[str]) -> list[str]:
+    """Comma-separated. Set but empty is an empty list, not the default (`METRICS_ALLOWED_NETWORKS=`: tokens only)."""
     raw = os.environ.get(name)
     if raw is None:
         return default

@@ -64,6 +64,12 @@ for _position, _key in enumerate(FIELD_ENCRYPTION_KEYS, start=1):
 SECRET_KEY_FALLBACKS = env_list("SECRET_KEY_FALLBACKS", [])
 
 ALLOWED_HOSTS = env_list("ALLOWED_HOSTS", ["127.0.0.1", "localhost", "[::1]"])
+if not ALLOWED_HOSTS:
+    # Set but empty: Django would refuse every request's Host (400) once DEBUG is off.
+    raise ImproperlyConfigured(
+        "ALLOWED_HOSTS is set but empty: list the host names the console is served under, or unset it "
+        "for the loopback default"
+    )
 CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS", [])
 
 GATEWAY_PROCESS = env_str("CONTROLPLANE_PROCESS") == "gateway"

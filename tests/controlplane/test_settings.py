@@ -138,3 +138,48 @@ def test_an_empty_boolean_keeps_its_default(tmp_path, value):
 
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "True True True True"
+
+
+@pytest.mark.parametrize(
+    ("name", "attr", "default"),
+    [
+        ("CELERY_QUEUE", "CELERY_TASK_DEFAULT_QUEUE", "celery"),
+        ("REQUEST_LOG_STREAM", "REQUEST_LOG_STREAM", "cp:requestlogs"),
+        ("BREAKER_REDIS_NAMESPACE", "BREAKER_REDIS_NAMESPACE", "cp:breaker"),
+        ("SIMULATOR_URL", "SIMULATOR_URL", "http://127.0.0.1:8001"),
+        ("ALERT_CONSOLE_URL", "ALERT_CONSOLE_URL", "http://127.0.0.1:8000"),
+        ("ENVIRONMENT_NAME", "ENVIRONMENT_NAME", "production"),
+    ],
+)
+def test_an_empty_text_variable_keeps_its_default(tmp_path, name, attr, default):
+    """`CELERY_QUEUE=` left blank in an env file made the queue's name empty (the stream's, the namespace's...)."""
+    result = _run({**PRODUCTION, "CONTROLPLANE_VAR_DIR": str(tmp_path), name: " "}, attr=attr)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == default
+
+
+def test_an_empty_log_level_keeps_info(tmp_path):
+    result = _run({**PRODUCTION, "CONTROLPLANE_VAR_DIR": str(tmp_path), "LOG_LEVEL": ""}, attr="LOGGING['root']")
+
+    assert result.returncode == 0, result.stderr
+    assert "'level': 'INFO'" in result.stdout
+
+
+def test_empty_allowed_hosts_is_refused(tmp_path):
+    """Set but empty, Django answers every request 400 once DEBUG is off: refused at start instead."""
+    result = _run({**PRODUCTION, "CONTROLPLANE_VAR_DIR": str(tmp_path), "ALLOWED_HOSTS": ""})
+
+    assert result.returncode != 0
+    assert "ALLOWED_HOSTS is set but empty" in result.stderr
+
+
+def test_an_empty_network_list_still_means_none(tmp_path):
+    """Lists keep their documented reading: `METRICS_ALLOWED_NETWORKS=` is tokens only, not the loopback default."""
+    result = _run(
+        {**PRODUCTION, "CONTROLPLANE_VAR_DIR": str(tmp_path), "METRICS_ALLOWED_NETWORKS": ""},
+        attr="METRICS_ALLOWED_NETWORKS",
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
