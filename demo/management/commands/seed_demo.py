@@ -1,4 +1,4 @@
-"""Demo data for `make run`: an admin, providers and models, a routing rule, an alias, two chains.
+"""Demo data for `make run`: an admin, providers and models, a routing rule, two aliases, two chains.
 
 The catalog, rules, chains and key are written through the services (actor None: "system"), so each is
 validated, audited and published like one made in the console. The demo users are made directly (users
@@ -63,7 +63,7 @@ MODELS = [
 
 
 class Command(BaseCommand):
-    help = "Load demo data (admin user, providers, models, a routing rule, an alias, two chains)."
+    help = "Load demo data (admin user, providers, models, a routing rule, two aliases, two chains)."
 
     def handle(self, *args: Any, **options: Any) -> None:
         password = self._admin()
