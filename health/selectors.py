@@ -101,6 +101,7 @@ class CircuitRow:
     minimum_requests: int
     window_seconds: int
     has_override: bool
+    probe_in_flight: bool = False  # half-open: the one probe was granted and has not answered yet
 
 
 def _config_values(row: BreakerConfig | None) -> BreakerConfigValues:
@@ -219,6 +220,7 @@ def _row(snapshot: CircuitSnapshot, config: ConfigSet) -> CircuitRow:
         minimum_requests=settings.minimum_requests,
         window_seconds=settings.window_seconds,
         has_override=(snapshot.provider, snapshot.model) in config.overrides,
+        probe_in_flight=snapshot.probe_in_flight,
     )
 
 

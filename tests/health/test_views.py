@@ -161,16 +161,24 @@ def test_index_closed_circuit_has_no_cooldown_and_green_pill(admin_client, froze
     assert '<span class="pill pill-closed">Closed</span>' in row
 
 
-def test_index_half_open_after_cooldown(admin_client, frozen_engine, frozen):
+def test_index_half_open_after_cooldown_says_a_request_will_probe_it_then_that_one_is(
+    admin_client, frozen_engine, frozen
+):
+    """Probes are made by requests: a chain entry no request reaches stays half-open after an outage, and the row
+    says that is all it is waiting for."""
     open_circuit(frozen_engine)
     frozen.advance(61)
 
-    response = admin_client.get(INDEX_URL)
+    row = row_html(admin_client.get(INDEX_URL))
+    probe = frozen_engine.allow("openai", "gpt-4o")
+    probing = row_html(admin_client.get(INDEX_URL))
 
-    row = row_html(response)
     assert '<span class="pill pill-half-open">HalfOpen</span>' in row
-    assert cells(row)["Cooldown"] == "—"
+    assert cells(row)["Cooldown"] == "awaiting probe"
+    assert "(cooldown ended 2023-11-14 22:14:20 UTC)" in row
     assert cells(row)["Last failure"] == "1 min ago · 503"
+    assert probe.probe is True
+    assert cells(probing)["Cooldown"] == "probing"
 
 
 def test_index_lists_circuits_by_provider_then_model(admin_client, frozen_engine):
