@@ -98,6 +98,13 @@ def _claim(now: datetime) -> tuple[Delivery, str] | None:
     return None if delivery is None else (delivery, token)
 
 
+def idempotency_key(delivery: Delivery) -> str:
+    """The same on every attempt of one delivery, different for every other: a receiver that sees a key twice (a
+    retry whose first answer was lost, a sender that died between its POST and its write) can drop the repeat.
+    The creation time keeps keys apart across databases whose ids start again (a reinstalled console)."""
+    return f"cp-delivery-{delivery.pk}-{int(delivery.created_at.timestamp() * 1000)}"
+
+
 def _post(delivery: Delivery) -> tuple[int | None, str, bool]:
     """POST one delivery: (status code or None, error, whether retrying is pointless).
 
@@ -112,7 +119,8 @@ async def _post_within(delivery: Delivery, seconds: float) -> tuple[int | None, 
     try:
         async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client, asyncio.timeout(seconds):
             # Streamed and never read: the answer's status is all that counts, whatever size its body.
-            request = client.stream("POST", delivery.url, json=delivery.payload, headers={"User-Agent": USER_AGENT})
+            headers = {"User-Agent": USER_AGENT, "Idempotency-Key": idempotency_key(delivery)}
+            request = client.stream("POST", delivery.url, json=delivery.payload, headers=headers)
             async with request as response:
                 code = response.status_code
     except TimeoutError:

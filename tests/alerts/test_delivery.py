@@ -76,6 +76,27 @@ def test_retry_after_a_500_then_success_with_backoff(db, receiver):
     assert len(receiver.requests) == 2
 
 
+def test_every_attempt_of_one_delivery_carries_its_idempotency_key_and_no_other_delivery_does(db, receiver):
+    """A receiver can drop a repeat: a retry after a lost answer, or a sender that died before recording its POST."""
+    rule = make_rule(webhook_url=receiver.url)
+    now = timezone.now()
+    alert = _open(rule, now)
+    receiver.script(500)
+
+    deliveries_send(now=now)
+    deliveries_send(now=now + timedelta(seconds=10))
+    with transaction.atomic():
+        alert_resolve(alert=alert, rule=rule, resolution="circuit closed", now=now + timedelta(seconds=20))
+    deliveries_send(now=now + timedelta(seconds=20))
+
+    opened, resolved = Delivery.objects.order_by("id")
+    keys = [request.headers["Idempotency-Key"] for request in receiver.requests]
+    stamp = int(now.timestamp() * 1000)
+    assert keys[:2] == [f"cp-delivery-{opened.pk}-{stamp}"] * 2
+    assert keys[2] == f"cp-delivery-{resolved.pk}-{int(resolved.created_at.timestamp() * 1000)}"
+    assert len(set(keys)) == 2
+
+
 def test_backoff_doubles_and_is_capped(settings):
     settings.ALERT_WEBHOOK_BACKOFF_SECONDS = 10
     settings.ALERT_WEBHOOK_BACKOFF_CAP_SECONDS = 60
