@@ -2,15 +2,21 @@
 one URL served by several single-operation views.
 
 Input validation raises ValidationFailed, so every 400 has the `{"detail", "errors"}` shape.
+
+A nested object that may be null derives from NullableObjectSerializer, so that the schema declares it in a way
+OpenAPI 3.0.3 tools read as nullable.
 """
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import RequestDataTooBig
 from django.db import models, transaction
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
+from drf_spectacular.plumbing import ResolvedComponent
+from drf_spectacular.settings import spectacular_settings
 from rest_framework import serializers, status
 from rest_framework.exceptions import AuthenticationFailed, NotAuthenticated
 from rest_framework.pagination import PageNumberPagination
@@ -21,6 +27,9 @@ from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from core.errors import ApplicationError, ValidationFailed
+
+if TYPE_CHECKING:
+    from drf_spectacular.openapi import AutoSchema
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
@@ -146,3 +155,28 @@ class StrictBooleanField(serializers.BooleanField):
             return data
         self.fail("invalid")
         raise AssertionError  # unreachable: fail() raises
+
+
+# A nested object that an answer may give as null (use it with allow_null=True). drf-spectacular declares a nullable
+# nested serializer as `{"allOf": [{"$ref": ...}], "nullable": true}`, and OpenAPI 3.0.3 lets `nullable` add null
+# only next to a `type` in the same schema object, so strict validators and SDK generators refuse the null the API
+# sends. This one is declared the way drf-spectacular declares a nullable choice:
+# `{"oneOf": [{"$ref": ...}, {"$ref": "#/components/schemas/NullEnum"}], "nullable": true}`.
+# (Comments, not a docstring: the schema would show a docstring as every subclass's description.)
+class NullableObjectSerializer(serializers.Serializer):
+    pass
+
+
+class _NullableObjectSchema(OpenApiSerializerFieldExtension):
+    target_class = NullableObjectSerializer
+    match_subclasses = True
+
+    def map_serializer_field(self, auto_schema: "AutoSchema", direction: Any) -> dict[str, Any]:
+        component = auto_schema.resolve_serializer(self.target, direction)
+        if not self.target.allow_null:
+            return dict(component.ref)
+        # The component drf-spectacular's enum hook makes for a nullable choice; the same object, so no collision.
+        name = f"Null{spectacular_settings.ENUM_SUFFIX}"
+        null = ResolvedComponent(name=name, type=ResolvedComponent.SCHEMA, schema={"enum": [None]}, object=name)
+        auto_schema.registry.register_on_missing(null)
+        return {"oneOf": [component.ref, null.ref]}

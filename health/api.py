@@ -22,7 +22,7 @@ from rest_framework.response import Response
 from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
-from core.api import input_validate
+from core.api import NullableObjectSerializer, input_validate
 from health.breaker.types import ConfigSet, Control
 from health.history import circuit_event_list
 from health.models import CircuitControl, CircuitEvent
@@ -169,7 +169,7 @@ DEGRADED_DETAIL = (
 )
 
 
-class HoldSerializer(serializers.Serializer):
+class HoldSerializer(NullableObjectSerializer):
     kind = serializers.ChoiceField(
         choices=CircuitControl.Kind.choices, help_text="forced_open: this circuit; drained: its whole provider."
     )

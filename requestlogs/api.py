@@ -17,6 +17,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from core.api import NullableObjectSerializer
 from core.errors import ValidationFailed
 from core.permissions import IsRequestLogReader
 from core.templatetags.console_tags import query
@@ -42,7 +43,7 @@ def _viewer(request: Request) -> Viewer:
     return viewer
 
 
-class _NamedSerializer(serializers.Serializer):
+class _NamedSerializer(NullableObjectSerializer):
     id = serializers.IntegerField()
     name = serializers.CharField(allow_null=True, help_text="null when the object was deleted since.")
 
@@ -52,7 +53,7 @@ class _KeySerializer(_NamedSerializer):
     revoked = serializers.BooleanField(allow_null=True)
 
 
-class _PartUsageSerializer(serializers.Serializer):
+class _PartUsageSerializer(NullableObjectSerializer):
     prompt_tokens = serializers.IntegerField(allow_null=True)
     completion_tokens = serializers.IntegerField(allow_null=True)
 
