@@ -303,6 +303,11 @@ SPECTACULAR_SETTINGS = {
         "CircuitHoldKindEnum": "health.models.CircuitControl.Kind",
         "CircuitEventKindEnum": "health.models.CircuitEvent.Kind",
     },
+    # The default enum hook, then every operation's error answers (core.api.declare_error_responses).
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "core.api.declare_error_responses",
+    ],
 }
 
 # Prefix of the breaker's Redis keys and channels (several deployments may share one Redis).

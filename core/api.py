@@ -180,3 +180,63 @@ class _NullableObjectSchema(OpenApiSerializerFieldExtension):
         null = ResolvedComponent(name=name, type=ResolvedComponent.SCHEMA, schema={"enum": [None]}, object=name)
         auto_schema.registry.register_on_missing(null)
         return {"oneOf": [component.ref, null.ref]}
+
+
+# The answer every API error has (the exception handler above; DRF's own for 401, 403 and 404).
+API_ERROR_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "detail": {"type": "string", "description": "What went wrong, in a sentence."},
+        "errors": {
+            "type": "object",
+            "description": "Messages per field (dotted paths such as entries.0.model; __all__ for the whole input).",
+            "additionalProperties": {"type": "array", "items": {"type": "string"}},
+        },
+    },
+    "required": ["detail"],
+}
+_ERROR_DESCRIPTIONS = {
+    "400": "Invalid input: `errors` names each field.",
+    "401": "No valid credentials.",
+    "403": "The caller's role may not do this.",
+    "404": "No such object (or page).",
+    "409": "Conflicts with the current state: a stale version, an object still referenced, a hold already set.",
+    "413": "The request body is over the size limit.",
+}
+# Errors an operation answers beyond what the rules in declare_error_responses give it.
+_EXTRA_ERRORS = {"circuit_release": ("404",)}  # nothing held to release
+
+
+def declare_error_responses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
+    """drf-spectacular postprocessing hook: declare each operation's error answers, so generated SDKs know them.
+
+    Every operation may answer 401 and 403; one with a body or query parameters 400; one with path parameters or
+    pages 404; every write 409 and (with a body) 413. What a view declares itself is kept.
+    """
+    result.setdefault("components", {}).setdefault("schemas", {})["ApiError"] = API_ERROR_SCHEMA
+    for path, item in result.get("paths", {}).items():
+        for method, operation in item.items():
+            if method not in ("get", "post", "put", "patch", "delete"):
+                continue
+            query = {p["name"] for p in operation.get("parameters", []) if p.get("in") == "query"}
+            has_body = "requestBody" in operation
+            codes = ["401", "403"]
+            if has_body or query:
+                codes.append("400")
+            if "{" in path or "page" in query:
+                codes.append("404")
+            if method != "get":
+                codes.append("409")
+                if has_body:
+                    codes.append("413")
+            codes.extend(_EXTRA_ERRORS.get(operation.get("operationId", ""), ()))
+            responses = operation.setdefault("responses", {})
+            for code in codes:
+                responses.setdefault(
+                    code,
+                    {
+                        "description": _ERROR_DESCRIPTIONS[code],
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ApiError"}}},
+                    },
+                )
+    return result
