@@ -7,6 +7,7 @@ A nested object that may be null derives from NullableObjectSerializer, so that 
 OpenAPI 3.0.3 tools read as nullable.
 """
 
+import copy
 import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -213,7 +214,7 @@ def declare_error_responses(result: dict[str, Any], generator: Any, request: Any
     Every operation may answer 401 and 403; one with a body or query parameters 400; one with path parameters or
     pages 404; every write 409 and (with a body) 413. What a view declares itself is kept.
     """
-    result.setdefault("components", {}).setdefault("schemas", {})["ApiError"] = API_ERROR_SCHEMA
+    result.setdefault("components", {}).setdefault("schemas", {})["ApiError"] = copy.deepcopy(API_ERROR_SCHEMA)
     for path, item in result.get("paths", {}).items():
         for method, operation in item.items():
             if method not in ("get", "post", "put", "patch", "delete"):
