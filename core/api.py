@@ -119,13 +119,19 @@ def row_locked_update(model: type[models.Model]) -> Callable[[Callable[..., Resp
     one change was silently undone. Locked first, the second PATCH waits for the first and merges into what
     it saved. (On SQLite the transaction's BEGIN IMMEDIATE serialises writers the same way.) A missing row
     locks nothing, and the view answers 404 as before.
+
+    The body is read before the lock: read lazily inside it, a client that stops sending halfway would hold
+    the row (and its transaction) for as long as it stalls. `FOR NO KEY UPDATE` keeps rows that only refer to
+    this one (a chain entry naming a locked model) insertable meanwhile.
     """
 
     def wrap(view: Callable[..., Response]) -> Callable[..., Response]:
         @functools.wraps(view)
         def locked(request: Request, pk: int, *args: Any, **kwargs: Any) -> Response:
+            request.data  # noqa: B018 - parsed now, off the lock (a parse error is answered as before)
             with transaction.atomic():
-                list(model._default_manager.select_for_update().filter(pk=pk).values_list("pk", flat=True))
+                rows = model._default_manager.select_for_update(no_key=True).filter(pk=pk)
+                list(rows.values_list("pk", flat=True))
                 return view(request, pk, *args, **kwargs)
 
         return locked
