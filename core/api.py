@@ -209,16 +209,23 @@ _ERROR_DESCRIPTIONS = {
     "404": "No such object (or page).",
     "409": "Conflicts with the current state: a stale version, an object still referenced, a hold already set.",
     "413": "The request body is over the size limit.",
+    "415": "The body is not JSON (the API takes application/json only).",
+    "429": "Too many failed token checks from this address: wait the seconds `Retry-After` gives.",
+    "503": "A service this operation needs is unreachable (the breaker's Redis); nothing was changed.",
 }
 # Errors an operation answers beyond what the rules in declare_error_responses give it.
-_EXTRA_ERRORS = {"circuit_release": ("404",)}  # nothing held to release
+_EXTRA_ERRORS = {
+    "circuit_release": ("404",),  # nothing held to release
+    "circuit_reset": ("503",),  # Redis unreachable: a reset of this process's state alone would be undone
+}
 
 
 def declare_error_responses(result: dict[str, Any], generator: Any, request: Any, public: bool) -> dict[str, Any]:
     """drf-spectacular postprocessing hook: declare each operation's error answers, so generated SDKs know them.
 
-    Every operation may answer 401 and 403; one with a body or query parameters 400; one with path parameters or
-    pages 404; every write 409 and (with a body) 413. What a view declares itself is kept.
+    Every operation may answer 401, 403 and 429 (a token locked out); one with a body or query parameters 400;
+    one with path parameters or pages 404; every write 409, and with a body 413 and 415. What a view declares
+    itself is kept. (406, for an `Accept` other than JSON, is left out: no JSON client asks for another type.)
     """
     result.setdefault("components", {}).setdefault("schemas", {})["ApiError"] = copy.deepcopy(API_ERROR_SCHEMA)
     for path, item in result.get("paths", {}).items():
@@ -227,7 +234,7 @@ def declare_error_responses(result: dict[str, Any], generator: Any, request: Any
                 continue
             query = {p["name"] for p in operation.get("parameters", []) if p.get("in") == "query"}
             has_body = "requestBody" in operation
-            codes = ["401", "403"]
+            codes = ["401", "403", "429"]
             if has_body or query:
                 codes.append("400")
             if "{" in path or "page" in query:
@@ -235,7 +242,7 @@ def declare_error_responses(result: dict[str, Any], generator: Any, request: Any
             if method != "get":
                 codes.append("409")
                 if has_body:
-                    codes.append("413")
+                    codes.extend(("413", "415"))
             codes.extend(_EXTRA_ERRORS.get(operation.get("operationId", ""), ()))
             responses = operation.setdefault("responses", {})
             for code in codes:

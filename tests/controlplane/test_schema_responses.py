@@ -621,6 +621,12 @@ ERRORS = [
     Case("circuit_event_list", 400, get("/api/circuits/openai/gpt-4o/events/", {"limit": 0}), "limit"),
     Case("breaker_config_update", 400, send("put", "/api/breaker-config/", {"window_seconds": 7200}), "range"),
     Case("breaker_override_set", 400, send("put", OVERRIDE, {"failure_status_codes": [200, 200]}), "codes"),
+    Case(
+        "team_create",
+        415,
+        lambda client, w: client.post(TEAM, "name=x", content_type="application/x-www-form-urlencoded"),
+        "form body",
+    ),
     # 404: no such object.
     Case("provider_detail", 404, get(f"{PROVIDER}999999/")),
     Case("audit_event_list", 404, get("/api/audit/", {"page": "x"}), "page"),
@@ -753,10 +759,10 @@ def test_the_contract_reports_an_undeclared_status_and_an_unexpected_body(admin_
     error = JsonResponse({"message": "no"}, status=400)
 
     assert contract_problems(document, "team_create", created) == [
-        "answered 200, a status the schema does not declare (declared: 201, 400, 401, 403, 409, 413)"
+        "answered 200, a status the schema does not declare (declared: 201, 400, 401, 403, 409, 413, 415, 429)"
     ]
     assert contract_problems(document, "breaker_config_detail", JsonResponse({"detail": "gone"}, status=404)) == [
-        "answered 404, a status the schema does not declare (declared: 200, 401, 403)"
+        "answered 404, a status the schema does not declare (declared: 200, 401, 403, 429)"
     ]
     assert contract_problems(document, "team_delete", deleted) == ["answered 204 with a body; the schema declares none"]
     assert contract_problems(document, "team_create", error) == [

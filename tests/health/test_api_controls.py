@@ -290,7 +290,16 @@ def test_schema_lists_the_history_and_kill_switch_operations(admin_client):
         "/api/circuits/release/": ["post"],
     }
     assert paths["/api/circuits/force-open/"]["post"]["operationId"] == "circuit_force_open"
-    assert sorted(paths["/api/circuits/force-open/"]["post"]["responses"]) == ["201", "400", "401", "403", "409", "413"]
+    assert sorted(paths["/api/circuits/force-open/"]["post"]["responses"]) == [
+        "201",
+        "400",
+        "401",
+        "403",
+        "409",
+        "413",
+        "415",
+        "429",
+    ]
     assert [p["name"] for p in paths["/api/circuits/{provider}/{model}/events/"]["get"]["parameters"]] == [
         "limit",
         "model",
