@@ -117,14 +117,20 @@ def build_engine(
     return MemoryEngine(clock=clock, config=config, events=events, probe_timeout_seconds=probe_timeout)
 
 
+# One reload at a time: a threaded server (the console's gthread workers) runs two requests' commits at once, and a
+# reload that read the thresholds first but applied them last would leave the older ones in force.
+_apply_lock = threading.Lock()
+
+
 def _on_config_change(version: int) -> None:
     global _applied_version
     engine = _engine
     if engine is not None:
-        config = _read_config()
-        if config is not None:
-            engine.configure(config)
-            _applied_version = max(_applied_version, version)
+        with _apply_lock:
+            config = _read_config()
+            if config is not None:
+                engine.configure(config)
+                _applied_version = max(_applied_version, version)
 
 
 def _listen() -> None:
