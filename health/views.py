@@ -194,15 +194,16 @@ def _circuit_view(row: CircuitRow, now: datetime, **extra: Any) -> CircuitView:
     if row.state is State.OPEN and row.cooldown_until is not None:
         cooldown_text = _until(row.cooldown_until, now)
         cooldown_title = f"Half-open at {_utc(row.cooldown_until)}"
-    elif row.state is State.HALF_OPEN:
+    elif row.state is State.HALF_OPEN and extra.get("hold") is None:
         # Probes are made by requests: a circuit no request reaches (a chain entry once the primary is back)
-        # stays half-open, which reads like an outage still going on unless the row says why.
+        # stays half-open, which reads like an outage still going on unless the row says why. (A held circuit
+        # gets no request and no probe: its hold says so.)
         if row.probe_in_flight:
             cooldown_text = "probing"
             cooldown_title = "Over: one request is probing the provider, and its answer closes or reopens the circuit"
         else:
             cooldown_text = "awaiting probe"
-            cooldown_title = "Over, and no request has reached this circuit since: the next one probes it"
+            cooldown_title = "Over, and no probe is out: the next request to this circuit probes it"
         if row.cooldown_until is not None:
             cooldown_title += f" (cooldown ended {_utc(row.cooldown_until)})"
     code = row.last_failure_status

@@ -983,6 +983,21 @@ def test_forced_circuit_shows_a_held_pill_with_reason_and_expiry(
     assert 'aria-label="Force open openai / gpt-4o"' not in row
 
 
+def test_a_held_half_open_circuit_does_not_say_a_request_will_probe_it(
+    admin_client, frozen_engine, frozen, health_catalog, admin_user
+):
+    """A hold lets no request through, so no probe comes: its pill says why the circuit waits, not the cooldown."""
+    open_circuit(frozen_engine)
+    frozen.advance(61)
+    circuit_force_open(actor=admin_user, provider="openai", model="gpt-4o", reason="vendor incident", minutes=30)
+
+    row = row_html(admin_client.get(INDEX_URL))
+
+    assert 'data-held="forced"' in row
+    assert '<span class="pill pill-half-open">HalfOpen</span>' in row
+    assert cells(row)["Cooldown"] == "—"
+
+
 def test_held_circuit_the_engine_never_tracked_gets_a_row(admin_client, frozen_engine, health_catalog, admin_user):
     circuit_force_open(actor=admin_user, provider="anthropic", model="claude-haiku", reason="quota", minutes=None)
 
