@@ -9,14 +9,13 @@ Production mode only: the race is made certain by seeing the PATCH wait on Postg
 """
 
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connection, connections, transaction
+from django.db import connections, transaction
 
 from catalog.models import Agent, ApiKey, Application, LlmModel, Provider
 from routing.models import Alias, RoutingRule
@@ -31,6 +30,7 @@ from tests.factories import (
 )
 from tests.factories.keys import make_key
 from tests.helpers.api import patch_json
+from tests.helpers.locks import waits_on_a_lock
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
 
@@ -128,14 +128,6 @@ def _update(model: type, pk: int, **fields: Any) -> dict[str, Any]:
     return fields
 
 
-def _waiting_on_a_row_lock() -> bool:
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND datname = current_database()"
-        )
-        return bool(cursor.fetchone()[0])
-
-
 @pytest.mark.parametrize(
     "build",
     [_provider, _model, _application, _agent, _key, _routing_rule, _alias],
@@ -167,12 +159,7 @@ def test_a_patch_waiting_on_another_writer_keeps_its_change(build, admin_user, a
     assert holding.wait(10)
     patching = threading.Thread(target=patcher)
     patching.start()
-    deadline = time.monotonic() + 10
-    blocked = False
-    while not blocked and time.monotonic() < deadline and patching.is_alive():
-        blocked = _waiting_on_a_row_lock()
-        if not blocked:
-            time.sleep(0.01)  # polling PostgreSQL for the wait; nothing else would tell
+    blocked = waits_on_a_lock(patching)
     release.set()
     writer.join(10)
     patching.join(10)

@@ -12,6 +12,7 @@ from gateway.logsink import LogSink
 from requestlogs.ingest import request_logs_ingest
 from requestlogs.models import RequestLog
 from requestlogs.services import request_logs_insert
+from tests.helpers.locks import waits_on_a_lock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -178,16 +179,7 @@ def test_a_concurrent_writer_storing_the_same_id_does_not_fail_the_batch():
     b = threading.Thread(target=writer_b)
     b.start()
     # Wait (bounded) until B's COPY is waiting for A's transaction: the race is then certain.
-    deadline = time.monotonic() + 10
-    blocked = False
-    while not blocked and time.monotonic() < deadline and b.is_alive():
-        with connections["default"].cursor() as cursor:
-            cursor.execute(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND query LIKE 'COPY requestlogs%%'"
-            )
-            blocked = cursor.fetchone()[0] == 1
-        time.sleep(0.01)
+    blocked = waits_on_a_lock(b, query_like="COPY requestlogs%")
     release_a.set()
     a.join(10)
     b.join(10)
