@@ -188,13 +188,13 @@ def _fallback_panel(data: Dashboard) -> Panel:
             stacked=False,
             value_format=charts.percent_label,
             top=1.0,
-            bucket_href=lambda i: _bucket_logs(data, i, "&fallback=yes"),
+            bucket_href=lambda i: _bucket_logs(data, i, "&fallback=served"),
             bucket_title=lambda i: f"{_when(data, i)}: fallback requests",
         )
         if ranked
         else None,
         legend=legend,
-        href=_range_logs(data, fallback="yes"),
+        href=_range_logs(data, fallback="served"),
         link_text="Fallback requests in Request Logs",
         empty=empty,
     )
@@ -299,13 +299,15 @@ def _error_panel(data: Dashboard) -> Panel:
             stacked=False,
             value_format=charts.percent_label,
             top=min(charts.nice_max(peak), 1.0) if peak else 0.04,
-            bucket_href=lambda i: _bucket_logs(data, i, "&status=5xx"),
+            bucket_href=lambda i: _bucket_logs(data, i, "&status=errors"),
             bucket_title=lambda i: (
                 f"{_when(data, i)}: "
                 + ", ".join(f"{g.label} {s.by_group[g][i]:,}" for g in present)
                 + f" of {totals[i]:,}"
             ),
-        ),
+        )
+        if present
+        else None,
         legend=[
             LegendItem(f"g-{g}", g.label, _range_logs(data, status=STATUS_FILTER[g]))
             if g in STATUS_FILTER
@@ -349,8 +351,9 @@ def _context(data: Dashboard, range_error: str, *, is_admin: bool) -> dict[str, 
         "range_error": range_error,
         "poll_seconds": POLL_SECONDS,
         "self_url": reverse("dashboard") + ("" if data.span.key == DEFAULT_RANGE else f"?range={data.span.key}"),
-        "fallbacks_hour_url": _exact_logs(data.counters.hour_since, data.counters.until, fallback="yes"),
-        "fallbacks_today_url": _logs_url(range="custom", **{"from": _minute(midnight)}, fallback="yes"),
+        # "served": a chain entry's 5xx is a failed request in the counters, and not listed behind them either.
+        "fallbacks_hour_url": _exact_logs(data.counters.hour_since, data.counters.until, fallback="served"),
+        "fallbacks_today_url": _logs_url(range="custom", **{"from": _minute(midnight)}, fallback="served"),
         "health_url": health_url,
         "logs_url": _range_logs(data),
         "fallback_tiers": [TIER_LABELS[t] for t in FALLBACK_TIERS],

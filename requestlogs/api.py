@@ -25,6 +25,7 @@ from requestlogs.forms import NOT_VISIBLE, PAGE_SIZES, RANGES, REQUEST_ID, Reque
 from requestlogs.models import RequestLog
 from requestlogs.selectors import (
     STATUS_CLASS_LABELS,
+    STATUS_FILTER_LABELS,
     Labels,
     Viewer,
     log_attempts,
@@ -220,8 +221,12 @@ FILTER_PARAMETERS = [
     OpenApiParameter("requested_model", OpenApiTypes.STR, description="The model name the client sent (exact)."),
     OpenApiParameter("served_model", OpenApiTypes.STR, description="The model that served the request (exact)."),
     OpenApiParameter("provider", OpenApiTypes.STR, description="The provider that served the request (exact)."),
-    _choice("status", [str(c) for c in STATUS_CLASS_LABELS], "Status class; client_gone is 499."),
-    _choice("fallback", ["yes", "no"], "Whether a fallback chain served the request."),
+    _choice(
+        "status", [str(c) for c in STATUS_FILTER_LABELS], "Status class; client_gone is 499, errors any of 4xx/499/5xx."
+    ),
+    _choice(
+        "fallback", ["yes", "served", "no"], "Whether a chain entry served the request; served: and answered below 500."
+    ),
     OpenApiParameter("chain_step", OpenApiTypes.INT, description="0 = the primary target; n = the chain's n-th entry."),
     OpenApiParameter("key", OpenApiTypes.INT, description="Gateway key id (a user may name only their own keys)."),
     OpenApiParameter("team", OpenApiTypes.INT, description="Team id."),

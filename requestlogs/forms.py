@@ -18,7 +18,7 @@ from django.utils.dateparse import parse_datetime
 from chains.models import MAX_ENTRIES
 from core.errors import ValidationFailed
 from requestlogs.selectors import (
-    STATUS_CLASS_LABELS,
+    STATUS_FILTER_LABELS,
     Cursor,
     LogFilter,
     StatusClass,
@@ -142,13 +142,20 @@ class RequestLogFilterForm(forms.Form):
         f["provider"] = forms.CharField(required=False, max_length=64)
         f["status"] = forms.ChoiceField(
             required=False,
-            choices=[("", "Any status"), *((str(k), v) for k, v in STATUS_CLASS_LABELS.items())],
-            error_messages={"invalid_choice": "Unknown status class “%(value)s”: use 2xx, 4xx, 5xx or client_gone."},
+            choices=[("", "Any status"), *((str(k), v) for k, v in STATUS_FILTER_LABELS.items())],
+            error_messages={
+                "invalid_choice": "Unknown status class “%(value)s”: use 2xx, 4xx, 5xx, client_gone or errors."
+            },
         )
         f["fallback"] = forms.ChoiceField(
             required=False,
-            choices=[("", "Any"), ("yes", "Fallback"), ("no", "No fallback")],
-            error_messages={"invalid_choice": "Fallback is “yes” or “no” (or empty for any)."},
+            choices=[
+                ("", "Any"),
+                ("yes", "Fallback"),
+                ("served", "Served by a fallback (below 500)"),
+                ("no", "No fallback"),
+            ],
+            error_messages={"invalid_choice": "Fallback is “yes”, “served” or “no” (or empty for any)."},
         )
         f["chain_step"] = forms.TypedChoiceField(
             required=False,
@@ -264,7 +271,8 @@ class RequestLogFilterForm(forms.Form):
             served_model=data.get("served_model") or "",
             provider=data.get("provider") or "",
             status_class=StatusClass(status) if status else None,
-            fallback=TRISTATE.get(data.get("fallback") or ""),
+            fallback=True if data.get("fallback") == "served" else TRISTATE.get(data.get("fallback") or ""),
+            fallback_served=data.get("fallback") == "served",
             chain_step=data.get("chain_step"),
             key_id=data.get("key"),
             team_id=data.get("team"),

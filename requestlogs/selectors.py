@@ -39,6 +39,8 @@ class StatusClass(StrEnum):
     CLIENT_ERROR = "4xx"
     SERVER_ERROR = "5xx"
     CLIENT_GONE = "client_gone"
+    # A filter, not a class of one answer: 4xx, 499 and 5xx together (the Dashboard's error chart links to it).
+    ANY_ERROR = "errors"
 
 
 STATUS_CLASS_LABELS = {
@@ -47,6 +49,7 @@ STATUS_CLASS_LABELS = {
     StatusClass.SERVER_ERROR: "5xx",
     StatusClass.CLIENT_GONE: "Client gone (499)",
 }
+STATUS_FILTER_LABELS = {**STATUS_CLASS_LABELS, StatusClass.ANY_ERROR: "Any error (4xx, 499, 5xx)"}
 
 
 def status_class_of(status: int) -> StatusClass | None:
@@ -102,6 +105,9 @@ class LogFilter:
     provider: str = ""
     status_class: StatusClass | None = None
     fallback: bool | None = None
+    # With fallback=True: only the requests a chain entry answered below 500, what the Dashboard counts as
+    # "served by a fallback" (a chain entry's 5xx is counted as failed there).
+    fallback_served: bool = False
     chain_step: int | None = None
     key_id: int | None = None
     team_id: int | None = None
@@ -117,6 +123,8 @@ def _status_q(status_class: StatusClass) -> Q:
         return Q(status__gte=400, status__lt=CLIENT_GONE)
     if status_class is StatusClass.SERVER_ERROR:
         return Q(status__gte=500, status__lt=600)
+    if status_class is StatusClass.ANY_ERROR:
+        return Q(status__gte=400, status__lt=600)
     return Q(status=CLIENT_GONE)
 
 
@@ -141,6 +149,8 @@ def _filtered(viewer: Viewer, filters: LogFilter) -> QuerySet[RequestLog]:
     qs = qs.filter(**{name: value for name, value in exact.items() if value is not None})
     if f.status_class is not None:
         qs = qs.filter(_status_q(f.status_class))
+    if f.fallback and f.fallback_served:
+        qs = qs.filter(status__lt=500)
     return qs
 
 

@@ -366,9 +366,16 @@ def _list_context(
         form.add_error("request_id", NOT_VISIBLE)
     if not form.is_valid():
         context["errors"] = form.error_list()
-        raw_range = request.GET.get("range") or ("custom" if request.GET.get("from") else DEFAULT_RANGE)
+        custom = request.GET.get("from") or request.GET.get("to")  # as the form reads them
+        raw_range = request.GET.get("range") or ("custom" if custom else DEFAULT_RANGE)
+        following = request.GET.get("follow") == "1"
         context.update(
-            range_value=raw_range, from_value=request.GET.get("from", ""), to_value=request.GET.get("to", "")
+            range_value=raw_range,
+            from_value=request.GET.get("from", ""),
+            to_value=request.GET.get("to", ""),
+            # The page's state stays in the form, so the next Apply keeps it.
+            oldest_first=request.GET.get("order") == "oldest" and not following,
+            following=following,
         )
         return context, None
     params = form.params(now=context["updated_at"])
@@ -382,7 +389,7 @@ def _list_context(
     )
     labels = request_log_labels(page.rows, full=False)
     count: CappedCount | None = None
-    if page.rows:
+    if page.rows or page.prev_cursor is not None:  # a page past the end still counts what the filters match
         count = request_log_count(viewer=viewer, filters=params.filters, cap=COUNT_CAP)
     # Only an empty page asks whether there is anything at all (an index-only probe), for the empty state.
     anything = bool(page.rows) or request_log_any(viewer=viewer)
@@ -400,6 +407,8 @@ def _list_context(
             "range_text": _range_text(params),
             "active_filters": params.narrowing + (params.range != DEFAULT_RANGE),
             "range_value": params.range,
+            "oldest_first": not params.newest_first,
+            "following": params.follow,
             "from_value": params.query.get("from", ""),
             "to_value": params.query.get("to", ""),
             # The cursor as it came (a fresh token for the same place would change the address for nothing).

@@ -23,10 +23,10 @@ def ms(value: float | None) -> str:
 
 @register.filter
 def usd(value: Decimal | None) -> str:
-    """$0.000123, $0.0125, $1.50; "—" when not priced."""
+    """$0.000123, $0.0125, $1.50, $0.00000040 (as stored, to 8 places); "—" when not priced."""
     if value is None:
         return "—"
-    text = f"{value:.6f}".rstrip("0")
+    text = f"{value:.8f}".rstrip("0")
     whole, _, fraction = text.partition(".")
     return f"${whole}.{fraction.ljust(2, '0')}"
 

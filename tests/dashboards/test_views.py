@@ -125,10 +125,16 @@ def test_charts_link_to_the_request_logs_behind_them(admin_client, engine, outag
     heading = re.search(r'href="([^"]+)">Fallback requests', fallback_panel).group(1).replace("&amp;", "&")
     heading = parse_qs(urlsplit(heading).query)
     since, until = (datetime.strptime(heading[k][0], "%Y-%m-%dT%H:%M").replace(tzinfo=UTC) for k in ("from", "to"))
-    assert (heading["range"], heading["fallback"]) == (["custom"], ["yes"])
+    assert (heading["range"], heading["fallback"]) == (["custom"], ["served"])
     assert until - since == timedelta(hours=24) and until.minute % 15 == 0 and until > datetime.now(UTC)
-    bucket_link = r'<a href="/logs/\?range=custom&amp;from=[0-9T:-]+&amp;to=[0-9T:-]+&amp;fallback=yes" tabindex="-1">'
+    bucket_link = (
+        r'<a href="/logs/\?range=custom&amp;from=[0-9T:-]+&amp;to=[0-9T:-]+&amp;fallback=served" tabindex="-1">'
+    )
     assert re.search(bucket_link, fallback_panel)
+    errors_panel = html.split('id="dash-errors"')[1].split("</section>")[0]
+    assert re.search(
+        r'<a href="/logs/\?range=custom&amp;from=[0-9T:-]+&amp;to=[0-9T:-]+&amp;status=errors"', errors_panel
+    )
     assert (
         f"from={heading['from'][0].replace(':', '%3A')}&amp;to={heading['to'][0].replace(':', '%3A')}&amp;status=5xx"
         in html
@@ -295,11 +301,45 @@ def test_the_fallback_counter_opens_request_logs_with_as_many_requests(admin_cli
             log_record(at=minute_end - 3600 + 0.5, **fallback()),
             log_record(at=now - 1, **fallback()),
             log_record(at=now - 1),
+            # A chain entry that answered 503: a failed request, in the counters and behind their links.
+            log_record(at=now - 1, status=503, **fallback()),
         ]
     )
 
     html = html_of(admin_client, "/?range=1h")
     logs = html_of(admin_client, _link(html, "fallbacks? in the last hour"))
+    today = html_of(admin_client, _link(html, "requests? served by a fallback today"))
 
     assert re.search(COUNTER.format(value="2", label="fallbacks in the last hour"), html)
+    assert int(COUNT.search(logs).group(1)) == 2
+    served_today = re.search(COUNTER.format(value=r"(\d+)", label="requests? served by a fallback today"), html)
+    assert int(COUNT.search(today).group(1)) == int(served_today.group(1))
+
+
+def test_the_error_panel_says_there_were_no_errors(admin_client, engine):
+    request_logs_insert(records=[log_record(at=time.time() - 5), log_record(at=time.time() - 4)])  # 200s only
+
+    panel = html_of(admin_client, "/?range=1h").split('id="dash-errors"')[1].split("</section>")[0]
+
+    assert "No errors in the last 1 hour." in panel
+    assert "<svg" not in panel
+
+
+def test_an_error_bucket_opens_the_errors_its_title_counts(admin_client, engine):
+    """A bucket whose errors are a 4xx and a 499 lists both (it used to link to its 5xx only: none)."""
+    now = time.time()
+    request_logs_insert(
+        records=[
+            log_record(at=now - 2, status=429, error_kind="upstream_status"),
+            log_record(at=now - 2, status=499),
+            log_record(at=now - 2),
+        ]
+    )
+
+    panel = html_of(admin_client, "/?range=1h").split('id="dash-errors"')[1].split("</section>")[0]
+    links = re.findall(r'<a href="([^"]+)" tabindex="-1"><rect class="dash-hit"[^>]*><title>([^<]*)</title>', panel)
+    [(href, title)] = [(href, title) for href, title in links if "4xx 1," in title]
+    assert "Client gone (499) 1" in title
+    logs = html_of(admin_client, href.replace("&amp;", "&"))
+
     assert int(COUNT.search(logs).group(1)) == 2

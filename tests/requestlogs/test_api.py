@@ -155,7 +155,7 @@ def test_cursor_links_page_through_and_keep_the_filters(log_catalog, admin_clien
 @pytest.mark.parametrize(
     ("params", "field", "message"),
     [
-        ({"status": "9xx"}, "status", "Unknown status class “9xx”: use 2xx, 4xx, 5xx or client_gone."),
+        ({"status": "9xx"}, "status", "Unknown status class “9xx”: use 2xx, 4xx, 5xx, client_gone or errors."),
         ({"team": "nope"}, "team", "Unknown team “nope”."),
         ({"from": "tomorrow"}, "from", "Enter a date and time such as 2026-12-01T07:40 (UTC), from 1970 on."),
         (

@@ -5,6 +5,7 @@ import io
 import re
 import time
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -18,7 +19,7 @@ from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
 from health.selectors import circuit_anchor
 from requestlogs import views as log_views
 from requestlogs.selectors import mark_decode
-from requestlogs.templatetags.requestlog_tags import utc_time
+from requestlogs.templatetags.requestlog_tags import usd, utc_time
 from tests.conftest import PASSWORD, _make_user
 from tests.factories.requestlogs import fallback, insert_logs, log_record
 
@@ -166,13 +167,15 @@ def varied(log_catalog):
         "gone": log_record(key=key, at=NOW - 15, status=499),
         "stream": log_record(key=key, at=NOW - 16, stream=True),
         "ursula": log_record(key=log_catalog.ursula_key, at=NOW - 17),
+        # The chain's entry answered 502: a fallback, but not one that served the request.
+        "fallback_failed": log_record(key=key, at=NOW - 18, status=502, error_kind="upstream_error", **fallback()),
         "old": log_record(key=key, at=NOW - 3 * 3600),
         "ancient": log_record(key=key, at=NOW - 3 * 86400),
     }
 
 
 def _filter_cases(catalog):
-    recent = ["plain", "alias", "fallback", "error", "client_error", "gone", "stream", "ursula"]
+    recent = ["plain", "alias", "fallback", "error", "client_error", "gone", "stream", "ursula", "fallback_failed"]
     return [
         ({}, [*recent, "old"]),
         ({"range": "15m"}, recent),
@@ -181,16 +184,18 @@ def _filter_cases(catalog):
         ({"range": "7d"}, [*recent, "old", "ancient"]),
         ({"requested_model": "default"}, ["alias"]),
         ({"requested_model": " default "}, ["alias"]),
-        ({"served_model": "claude"}, ["fallback"]),
-        ({"provider": "backup"}, ["fallback"]),
+        ({"served_model": "claude"}, ["fallback", "fallback_failed"]),
+        ({"provider": "backup"}, ["fallback", "fallback_failed"]),
         ({"status": "2xx"}, ["plain", "alias", "fallback", "stream", "ursula", "old"]),
         ({"status": "4xx"}, ["client_error"]),
-        ({"status": "5xx"}, ["error"]),
+        ({"status": "5xx"}, ["error", "fallback_failed"]),
         ({"status": "client_gone"}, ["gone"]),
-        ({"fallback": "yes"}, ["fallback"]),
-        ({"fallback": "no"}, [r for r in [*recent, "old"] if r != "fallback"]),
+        ({"status": "errors"}, ["error", "client_error", "gone", "fallback_failed"]),
+        ({"fallback": "yes"}, ["fallback", "fallback_failed"]),
+        ({"fallback": "served"}, ["fallback"]),
+        ({"fallback": "no"}, [r for r in [*recent, "old"] if r not in ("fallback", "fallback_failed")]),
         ({"chain_step": "2"}, ["fallback"]),
-        ({"chain_step": "1"}, []),
+        ({"chain_step": "1"}, ["fallback_failed"]),
         ({"key": catalog.ursula_key.pk}, ["ursula"]),
         ({"team": catalog.red.pk}, ["ursula"]),
         ({"application": catalog.web.pk}, ["ursula"]),
@@ -228,8 +233,8 @@ def test_custom_range_from_and_to(log_catalog, admin_client):
 @pytest.mark.parametrize(
     ("params", "expected"),
     [
-        ({"status": "3xx"}, ["Status: Unknown status class “3xx”: use 2xx, 4xx, 5xx or client_gone."]),
-        ({"fallback": "maybe"}, ["Fallback: Fallback is “yes” or “no” (or empty for any)."]),
+        ({"status": "3xx"}, ["Status: Unknown status class “3xx”: use 2xx, 4xx, 5xx, client_gone or errors."]),
+        ({"fallback": "maybe"}, ["Fallback: Fallback is “yes”, “served” or “no” (or empty for any)."]),
         ({"stream": "1"}, ["Stream: Stream is “yes” or “no” (or empty for any)."]),
         ({"chain_step": "11"}, ["Chain step: Chain step is 0 (the primary) to 10; “11” is not one of them."]),
         ({"chain_step": "x"}, ["Chain step: Chain step is 0 (the primary) to 10; “x” is not one of them."]),
@@ -389,7 +394,7 @@ def test_bad_filters_over_htmx_push_the_url_as_typed(rows, admin_client):
     response = admin_client.get(LIST_URL, {"status": "nope"}, headers=htmx("log-page"))
 
     assert response["HX-Push-Url"] == "/logs/?status=nope"
-    assert summary(response) == ["Status: Unknown status class “nope”: use 2xx, 4xx, 5xx or client_gone."]
+    assert summary(response) == ["Status: Unknown status class “nope”: use 2xx, 4xx, 5xx, client_gone or errors."]
 
 
 def test_a_name_the_catalog_does_not_know_is_searched_with_a_notice(log_catalog, admin_client):
@@ -731,7 +736,7 @@ def test_csv_with_bad_filters_is_a_400_with_the_message(rows, admin_client):
 
     assert response.status_code == 400
     assert response.content.decode() == (
-        "The filters are not valid:\nStatus: Unknown status class “9xx”: use 2xx, 4xx, 5xx or client_gone.\n"
+        "The filters are not valid:\nStatus: Unknown status class “9xx”: use 2xx, 4xx, 5xx, client_gone or errors.\n"
     )
 
 
@@ -837,3 +842,52 @@ def test_custom_range_inputs_accept_seconds(log_catalog, admin_client):
     html = admin_client.get(LIST_URL, {"from": "2026-11-30T10:00:30"}).content.decode()
 
     assert 'id="log-from" name="from" value="2026-11-30T10:00:30" step="1"' in html
+
+
+# ---------- The page's state through a filter error, and past the end ----------
+
+
+def test_a_filter_error_keeps_oldest_first_and_follow_in_the_form(rows, admin_client):
+    """Applying the corrected filter sends the form: without these, the list came back newest first, unfollowed."""
+    oldest = admin_client.get(LIST_URL, {"order": "oldest", "status": "nope"}).content.decode()
+    following = admin_client.get(LIST_URL, {"follow": "1", "status": "nope"}).content.decode()
+
+    assert '<input type="hidden" name="order" value="oldest">' in oldest
+    assert 'id="log-follow" name="follow" value="1" checked' in following
+    assert 'name="order"' not in following  # following always reads newest first
+
+
+def test_a_follow_poll_turned_into_an_error_keeps_follow_checked(log_catalog, admin_client):
+    response = admin_client.get(
+        LIST_URL, {"follow": "1", "team": "999999"}, headers=htmx("log-table", **{"HX-Trigger": "log-table"})
+    )
+
+    assert response["HX-Retarget"] == "#log-page"
+    assert 'id="log-follow" name="follow" value="1" checked' in response.content.decode()
+
+
+def test_to_without_from_shows_the_custom_range_the_error_is_on(rows, admin_client):
+    html = admin_client.get(LIST_URL, {"to": "2026-12-01T00:00"}).content.decode()
+
+    assert "A custom range needs a start" in html
+    assert '<option value="custom" selected>' in html
+    assert "data-range-custom data-collapsed" not in html
+
+
+def test_an_empty_page_past_the_end_still_counts_the_matching_requests(log_catalog, admin_client):
+    rows = insert_logs(*(log_record(key=log_catalog.alice_key, at=NOW - i) for i in range(26)))
+    older = _links(admin_client.get(LIST_URL))["next"]
+    rows[-1].delete()  # the only row of the second page
+
+    html = admin_client.get(older).content.decode()
+
+    assert "No more requests on this side" in html
+    meta = re.search(r'<div class="table-meta log-meta">(.*?)</div>', html, re.S).group(1)
+    assert re.search(r"<strong>25</strong> requests", meta)
+
+
+def test_a_cost_below_a_millionth_of_a_dollar_shows_as_stored():
+    assert usd(Decimal("0.00000040")) == "$0.0000004"
+    assert usd(Decimal("0.01250000")) == "$0.0125"
+    assert usd(Decimal("1.5")) == "$1.50"
+    assert usd(Decimal("0")) == "$0.00"
