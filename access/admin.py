@@ -66,7 +66,8 @@ class AuthThrottleAdmin(admin.ModelAdmin):
 
     @admin.action(description="Unlock selected", permissions=["unlock"])
     def unlock(self, request: HttpRequest, queryset: Any) -> None:
-        selected = list(queryset)
+        # Locked in the order sign-in attempts lock them (by kind, then value), never against it.
+        selected = sorted(queryset, key=lambda throttle: (throttle.kind, throttle.value))
         with transaction.atomic():
             unlocked = [row for throttle in selected for row in auth_unlock(actor=request.user, throttle=throttle)]
         chosen = {throttle.pk for throttle in selected}

@@ -1,13 +1,12 @@
 """Writes of authentication throttles: an attempt reserved, a failure confirmed, a lockout and an unlock, each
 lockout and unlock audited."""
 
-import unicodedata
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from access.enums import Notice, ThrottleKind
@@ -15,6 +14,7 @@ from access.models import AuthThrottle, DismissedNotice
 from access.selectors import Ident
 from audit.services import audit_record
 from core.types import Actor
+from core.validators import has_control_characters
 
 
 def _window() -> timedelta:
@@ -28,12 +28,13 @@ def _cooloff() -> timedelta:
 def login_idents(*, username: str, address: str) -> list[Ident]:
     """What a sign-in attempt counts against: the username as typed and the client address.
 
-    A username with a control or format character (ESC, CR/LF, NUL, bidi overrides…) names no account
-    (Django's username validators refuse them), so such an attempt counts against the address only and the
-    typed text is stored nowhere: not in a lockout row, not in the audit log.
+    A username with a control or invisible formatting character (ESC, CR/LF, NUL, U+2028, bidi overrides…:
+    `core.validators.has_control_characters`) names no account (Django's username validators refuse them),
+    so such an attempt counts against the address only and the typed text is stored nowhere: not in a
+    lockout row, not in the audit log.
     """
     idents = [(ThrottleKind.ADDRESS.value, address)]
-    if username and not any(unicodedata.category(char) in ("Cc", "Cf") for char in username):
+    if username and not has_control_characters(username):
         idents.insert(0, (ThrottleKind.ACCOUNT.value, username[:150]))
     return idents
 
@@ -57,7 +58,8 @@ class Reservation:
 def _locked_rows(*, scope: str, idents: list[Ident], now: datetime) -> list[AuthThrottle]:
     """The throttle rows of `idents`, created when missing, locked until the transaction ends.
 
-    Always in the same order (sorted), so two attempts locking the same pair of rows cannot deadlock.
+    Always in the same order (sorted by kind, then value), so two attempts locking the same pair of rows cannot
+    deadlock; every later lock of a reservation's rows (`_reservation_rows`) takes them in that order too.
     """
     rows = []
     for kind, value in sorted(set(idents)):
@@ -83,6 +85,12 @@ def auth_attempt_reserve(*, scope: str, idents: list[Ident], address: str) -> Re
     reservation = Reservation(scope=scope, address=address, idents=idents, stamp=now.timestamp())
     rows = _locked_rows(scope=scope, idents=idents, now=now)
     for throttle in rows:
+        recent = [t for t in throttle.failures if t > oldest]
+        if len(recent) >= settings.AUTH_FAILURE_LIMIT and (
+            throttle.locked_until is None or throttle.locked_until <= now
+        ):
+            if max(recent) <= now.timestamp() - UNSETTLED_SECONDS:
+                _lock_out_unsettled(throttle, recent=recent, now=now, address=address)
         if throttle.locked_until is not None and throttle.locked_until > now:
             # Attempts during a lockout are refused unchecked and do not extend it.
             reservation.locked_until = max(reservation.locked_until or throttle.locked_until, throttle.locked_until)
@@ -101,6 +109,50 @@ def auth_attempt_reserve(*, scope: str, idents: list[Ident], address: str) -> Re
     return reservation
 
 
+# An attempt's failure is tentative from its reservation until its password check settles it, which takes well
+# under a second. A row still at the limit this long after its newest failure holds failures that will never be
+# settled (the worker died mid-check, or its settling transaction failed).
+UNSETTLED_SECONDS = 60
+
+
+def _lock_out_unsettled(throttle: AuthThrottle, *, recent: list[float], now: datetime, address: str) -> None:
+    """Settle a row left at the limit by attempts that never settled, as if the newest had failed: a lockout from
+    its time (audited, listed and unlockable like any other), or none when that would already be over. Until now
+    such a row refused every attempt with no lockout anyone could see or end."""
+    newest = datetime.fromtimestamp(max(recent), tz=now.tzinfo)
+    throttle.failures = []
+    throttle.updated_at = now
+    until = newest + _cooloff()
+    if until <= now:
+        throttle.save(update_fields=["failures", "updated_at"])
+        return
+    throttle.locked_until = until
+    throttle.save(update_fields=["failures", "locked_until", "updated_at"])
+    _audit_lockout(throttle, failures=len(recent), address=address, unsettled=True)
+
+
+def _audit_lockout(throttle: AuthThrottle, *, failures: int, address: str, unsettled: bool = False) -> None:
+    assert throttle.locked_until is not None
+    after = {
+        "scope": throttle.scope,
+        "kind": throttle.kind,
+        "value": throttle.value,
+        "failures": failures,
+        "locked_until": throttle.locked_until.isoformat(),
+        "client_address": address,
+    }
+    if unsettled:
+        after["unsettled"] = True  # the failures' attempts never settled; found by a later attempt from `address`
+    audit_record(
+        actor=None,
+        action="auth.lockout",
+        object_type="auth_throttle",
+        object_id=throttle.pk,
+        object_repr=str(throttle),
+        after=after,
+    )
+
+
 def auth_attempt_succeeded(*, reservation: Reservation) -> None:
     """The password (or token) was right: take back the tentative failures.
 
@@ -116,9 +168,19 @@ def auth_attempt_abandoned(*, reservation: Reservation) -> None:
     _take_back(reservation=reservation, forget_account=False)
 
 
+def _reservation_rows(reservation: Reservation) -> QuerySet[AuthThrottle]:
+    """The reservation's rows, locked in `_locked_rows`' order (by kind, then value; never by id: an address row
+    older than the account row would be locked first, against the order of a concurrent reservation)."""
+    return (
+        AuthThrottle.objects.select_for_update()
+        .filter(pk__in=sorted(reservation.rows.values()))
+        .order_by("kind", "value")
+    )
+
+
 @transaction.atomic
 def _take_back(*, reservation: Reservation, forget_account: bool) -> None:
-    rows = AuthThrottle.objects.select_for_update().filter(pk__in=sorted(reservation.rows.values())).order_by("pk")
+    rows = _reservation_rows(reservation)
     now = timezone.now()
     for throttle in rows:
         if forget_account and throttle.kind == ThrottleKind.ACCOUNT:
@@ -147,7 +209,7 @@ def auth_attempt_failed(*, reservation: Reservation) -> datetime | None:
     now = timezone.now()
     oldest = (now - _window()).timestamp()
     locked: datetime | None = None
-    rows = AuthThrottle.objects.select_for_update().filter(pk__in=sorted(reservation.rows.values())).order_by("pk")
+    rows = _reservation_rows(reservation)
     for throttle in rows:
         if throttle.locked_until is not None and throttle.locked_until > now:
             locked = max(locked or throttle.locked_until, throttle.locked_until)
@@ -163,21 +225,7 @@ def auth_attempt_failed(*, reservation: Reservation) -> datetime | None:
         throttle.failures = []
         throttle.locked_until = now + _cooloff()
         throttle.save(update_fields=["failures", "locked_until", "updated_at"])
-        audit_record(
-            actor=None,
-            action="auth.lockout",
-            object_type="auth_throttle",
-            object_id=throttle.pk,
-            object_repr=str(throttle),
-            after={
-                "scope": throttle.scope,
-                "kind": throttle.kind,
-                "value": throttle.value,
-                "failures": len(failures),
-                "locked_until": throttle.locked_until.isoformat(),
-                "client_address": reservation.address,
-            },
-        )
+        _audit_lockout(throttle, failures=len(failures), address=reservation.address)
         locked = max(locked or throttle.locked_until, throttle.locked_until)
     if settings.EMBEDDED:
         # No beat in embedded mode; one process on SQLite, so nothing to contend with once this commits.

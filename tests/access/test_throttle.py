@@ -5,11 +5,14 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 import time_machine
+from django.core.management import call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
+from access.enums import ThrottleScope
 from access.forms import LOCKED_MESSAGE
 from access.models import AuthThrottle
+from access.services import auth_attempt_failed, auth_attempt_reserve, auth_attempt_succeeded, login_idents
 from audit.models import AuditEvent
 from catalog.authentication import TOKEN_LOCKED_MESSAGE
 from catalog.services import console_token_create
@@ -213,9 +216,12 @@ def test_a_successful_sign_in_resets_the_accounts_count_but_not_the_addresss(adm
     assert list(locked) == [("address", ATTACKER)]
 
 
-def test_a_username_with_control_characters_counts_against_the_address_only(admin_user):
-    typed = "admin\x1b[2J\r\nFAKE LOG LINE\x00"[:-1]
-
+@pytest.mark.parametrize(
+    "typed",
+    ["admin\x1b[2J\r\nFAKE LOG LINE", "admin\u2028FAKE LOG LINE\u2029"],  # U+2028/9: line breaks to JavaScript
+    ids=["escape-crlf", "line-separator"],
+)
+def test_a_username_with_control_characters_counts_against_the_address_only(admin_user, typed):
     answers = fail(typed)
 
     assert answers == [(200, [INVALID])] * 4 + [(429, [LOCKED_MESSAGE])]
@@ -284,3 +290,80 @@ def test_the_prune_task_deletes_expired_rows_only_and_failures_no_longer_prune(a
     assert deleted == 3  # "old", ATTACKER (expired failures) and "locked" (its lockout ended)
     assert sorted(AuthThrottle.objects.values_list("value", flat=True)) == ["192.0.2.33", OTHER, "fresh"]
     assert app.conf.beat_schedule["access-prune"]["task"] == "access.prune"
+
+
+def _save_order(monkeypatch, call) -> list[str]:
+    """The kinds of the throttle rows `call` saves, in order: the order it locks them in on PostgreSQL."""
+    seen: list[str] = []
+    original = AuthThrottle.save
+
+    def spy(self, *args, **kwargs):
+        seen.append(self.kind)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(AuthThrottle, "save", spy)
+    call()
+    monkeypatch.setattr(AuthThrottle, "save", original)
+    return seen
+
+
+@pytest.mark.parametrize("settle", [auth_attempt_failed, auth_attempt_succeeded], ids=["failed", "succeeded"])
+def test_settling_an_attempt_locks_its_rows_in_the_order_its_reservation_did(admin_user, monkeypatch, settle):
+    """The address row older than the account row (it tried another name first): settling used to lock them by
+    id, the reverse of a concurrent reservation's order, and two attempts could deadlock (a 500, a lost lockout)."""
+    fail("bob", times=1)
+    idents = login_idents(username="alice", address=ATTACKER)
+
+    auth_attempt_reserve(scope=ThrottleScope.LOGIN, idents=idents, address=ATTACKER)  # alice's row, created
+    reservations = []
+    reserve_order = _save_order(
+        monkeypatch,
+        lambda: reservations.append(auth_attempt_reserve(scope=ThrottleScope.LOGIN, idents=idents, address=ATTACKER)),
+    )
+    [reservation] = reservations
+    settle_order = _save_order(monkeypatch, lambda: settle(reservation=reservation))
+
+    assert AuthThrottle.objects.get(kind="address").pk < AuthThrottle.objects.get(value="alice").pk
+    assert reserve_order == settle_order == ["account", "address"]
+
+
+def _unsettled(username: str, times: int = 5) -> None:
+    """Attempts reserved whose check never settled (the worker died during it)."""
+    for _ in range(times):
+        idents = login_idents(username=username, address=ATTACKER)
+        auth_attempt_reserve(scope=ThrottleScope.LOGIN, idents=idents, address=ATTACKER)
+
+
+def test_attempts_that_never_settled_become_a_lockout_an_admin_can_see_and_end(admin_user):
+    """Five tentative failures left behind refused every sign-in with no lockout to list or unlock."""
+    with time_machine.travel(START, tick=False) as clock:
+        _unsettled("alice")
+        in_flight = sign_in("alice", PASSWORD, address=OTHER)  # they may still be checking
+        clock.shift(timedelta(minutes=2))
+        refused = sign_in("alice", PASSWORD, address=OTHER)
+        locked = AuthThrottle.objects.get(kind="account", value="alice").locked_until
+        call_command("auth_unlock", "alice", stdout=io.StringIO())
+
+        after = sign_in("alice", PASSWORD, address=OTHER)
+
+    assert in_flight == (429, [LOCKED_MESSAGE], None)
+    assert refused == (429, [LOCKED_MESSAGE], None)
+    assert locked == START + timedelta(minutes=15)  # as if the last of them had failed when it was made
+    lockouts = [a for a in AuditEvent.objects.filter(action="auth.lockout").values_list("after", flat=True)]
+    assert [(a["kind"], a["value"], a["failures"], a.get("unsettled")) for a in lockouts] == [
+        ("account", "alice", 5, True)
+    ]
+    assert AuditEvent.objects.filter(action="auth.unlock").count() == 1
+    assert after[0] == 302 and after[2] == str(admin_user.pk)
+
+
+def test_attempts_that_never_settled_lock_nothing_once_their_lockout_would_be_over(admin_user, settings):
+    settings.AUTH_FAILURE_WINDOW_SECONDS = 3600  # longer than the 15 min lockout
+    with time_machine.travel(START, tick=False) as clock:
+        _unsettled("alice")
+        clock.shift(timedelta(minutes=20))
+
+        signed_in = sign_in("alice", PASSWORD, address=OTHER)
+
+    assert signed_in[0] == 302
+    assert not AuditEvent.objects.filter(action="auth.lockout").exists()
