@@ -31,7 +31,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
 from alerts.models import Delivery, DeliveryAttempt, DeliveryStatus
-from alerts.webhooks import target_refusal, webhook_url_redacted
+from alerts.webhooks import Target, TargetRefused, target_resolve, webhook_url_redacted
 
 log = logging.getLogger(__name__)
 
@@ -64,11 +64,14 @@ def _lease() -> timedelta:
 
 
 def _due(now: datetime) -> Q:
-    # One alert's notifications reach the receiver in the order they were made: a "resolved" waits while the
-    # alert's "opened" is still pending (in its backoff), or the receiver's last word would be "firing".
-    earlier_pending = Delivery.objects.filter(
-        alert=OuterRef("alert"), status=DeliveryStatus.PENDING, id__lt=OuterRef("id")
+    # One subject's notifications reach the rule's receiver in the order they were made: a "resolved" waits
+    # while the alert's "opened" is still pending (in its backoff), or the receiver's last word would be
+    # "firing"; and a new alert's "firing" waits for the previous alert's "resolved" of the same rule and
+    # subject, or the last word would be "resolved" while it fires. (A deleted rule's alerts: each on its own.)
+    same_subject = Q(alert=OuterRef("alert")) | Q(
+        alert__rule=OuterRef("alert__rule"), alert__subject=OuterRef("alert__subject")
     )
+    earlier_pending = Delivery.objects.filter(same_subject, status=DeliveryStatus.PENDING, id__lt=OuterRef("id"))
     return (
         Q(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
         & (Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
@@ -108,21 +111,22 @@ def idempotency_key(delivery: Delivery) -> str:
 def _post(delivery: Delivery) -> tuple[int | None, str, bool]:
     """POST one delivery: (status code or None, error, whether retrying is pointless).
 
-    The whole POST, connection and answer's head included, has ALERT_WEBHOOK_TIMEOUT_SECONDS: httpx's
-    timeouts bound each read alone, so a receiver sending its head a byte at a time would otherwise hold the
-    sender past its claim's lease (and another sender would send the delivery again) and stall the run.
+    The whole POST, name lookup, connection and answer's head included, has ALERT_WEBHOOK_TIMEOUT_SECONDS:
+    httpx's timeouts bound each read alone, so a receiver sending its head a byte at a time (or a resolver
+    that stalls) would otherwise hold the sender past its claim's lease (and another sender would send the
+    delivery again) and stall the run.
     """
     return asyncio.run(_post_within(delivery, settings.ALERT_WEBHOOK_TIMEOUT_SECONDS))
 
 
 async def _post_within(delivery: Delivery, seconds: float) -> tuple[int | None, str, bool]:
+    """The name lookup, its check and the POST, under one deadline."""
     try:
-        async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client, asyncio.timeout(seconds):
-            # Streamed and never read: the answer's status is all that counts, whatever size its body.
-            headers = {"User-Agent": USER_AGENT, "Idempotency-Key": idempotency_key(delivery)}
-            request = client.stream("POST", delivery.url, json=delivery.payload, headers=headers)
-            async with request as response:
-                code = response.status_code
+        async with asyncio.timeout(seconds):
+            target = await target_resolve(delivery.url)
+            code = await _post_to(target, delivery, seconds)
+    except TargetRefused as exc:
+        return None, str(exc), True
     except TimeoutError:
         return None, f"No answer within {seconds:g} s.", False
     except httpx.HTTPError as exc:
@@ -130,7 +134,33 @@ async def _post_within(delivery: Delivery, seconds: float) -> tuple[int | None, 
     except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
         # An address httpx cannot send to (a host that is no valid domain name): it never will be.
         return None, f"Not a URL the sender can use: {type(exc).__name__}: {exc}"[:500], True
+    except OSError as exc:  # the name did not resolve (httpx wraps its own socket errors): tried again later
+        return None, f"Name lookup failed: {type(exc).__name__}: {exc}"[:500], False
+    except Exception as exc:
+        # Nothing may leave the send while its claim is held: the run would stop, and the row, claimed again
+        # each time its lease ran out, would stop every later run too. Recorded and retried like any failure.
+        log.exception("alerts: delivery %s to %s failed", delivery.pk, webhook_url_redacted(delivery.url))
+        return None, f"{type(exc).__name__}: {exc}"[:500], False
     return code, "" if 200 <= code < 300 else f"HTTP {code}", False
+
+
+async def _post_to(target: Target, delivery: Delivery, seconds: float) -> int:
+    """POST to the target's checked addresses in turn until one takes the connection; the answer's status."""
+    headers = {"User-Agent": USER_AGENT, "Idempotency-Key": idempotency_key(delivery)}
+    async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client:
+        for n, address in enumerate(target.addresses, start=1):
+            url, host, extensions = target.pinned(address)
+            # Streamed and never read: the answer's status is all that counts, whatever size its body.
+            request = client.stream(
+                "POST", url, json=delivery.payload, headers={**headers, **host}, extensions=extensions
+            )
+            try:
+                async with request as response:
+                    return response.status_code
+            except httpx.ConnectError:
+                if n == len(target.addresses):
+                    raise
+    raise AssertionError("a target has at least one address")
 
 
 def _record(
@@ -192,9 +222,8 @@ def deliveries_send(
         if claimed is None:
             break
         delivery, token = claimed
-        refusal = target_refusal(delivery.url)
         begin = time.monotonic()
-        code, error, hopeless = (None, refusal, True) if refusal else _post(delivery)
+        code, error, hopeless = _post(delivery)
         duration_ms = round((time.monotonic() - begin) * 1000, 1)
         status = _record(delivery, token, clock(), code, error, duration_ms, give_up=hopeless)
         if status == DeliveryStatus.DELIVERED:

@@ -34,7 +34,7 @@ from alerts.models import Alert, AlertRule, AlertState, RuleKind
 from alerts.services import alert_open, alert_resolve, clear_window
 from catalog.selectors import llm_model_list
 from health.breaker import ConfigSet, State, get_engine
-from health.selectors import CircuitRow, circuit_controls, circuit_list
+from health.selectors import CircuitRow, circuit_controls, circuit_list, circuits_local_only
 from requestlogs.aggregates import SourceTraffic, traffic_by_source
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,10 @@ def _minutes(seconds: float) -> str:
     return f"{minutes:.0f} min" if minutes >= 10 else f"{minutes:.1f} min"
 
 
+class CircuitsUnavailable(Exception):
+    """The circuits' shared state cannot be read now: the rules that read it are skipped."""
+
+
 class _Inputs:
     """Reads shared by the rules of one evaluation, each made at most once (per window for traffic)."""
 
@@ -76,7 +80,12 @@ class _Inputs:
 
     def circuits(self) -> list[CircuitRow]:
         if self._circuits is None:
-            self._circuits = circuit_list()
+            circuits = circuit_list()
+            if circuits_local_only():
+                # Redis is away and the listing fell back to this process's own view (empty in a worker that
+                # serves no traffic): read as "every circuit closed", it resolved every firing alert.
+                raise CircuitsUnavailable("the breaker's shared state (Redis) is unreachable")
+            self._circuits = circuits
         return self._circuits
 
     def held(self, provider: str, model: str) -> bool:
@@ -211,6 +220,14 @@ def _apply(rule_id: int, findings: list[Finding], now: datetime, result: Evaluat
         # Two evaluations can run at once (Celery): one that read its figures at an earlier `now` and locked the
         # rule last must not undo what the later one recorded (its "clear since" would end the window early).
         stale = {subject for subject, a in firing.items() if a.last_seen_at > now or (a.clear_since or now) > now}
+        if any(finding.subject not in firing for finding in findings):
+            # The same for an alert that evaluation resolved: reopened from these older figures, it would be an
+            # alert dated before the resolution it follows, notified as a new outage.
+            stale |= set(
+                Alert.objects.filter(rule=rule, state=AlertState.RESOLVED, resolved_at__gt=now).values_list(
+                    "subject", flat=True
+                )
+            )
         for finding in findings:
             alert = firing.pop(finding.subject, None)
             if finding.subject in stale:
@@ -248,6 +265,9 @@ def alerts_evaluate(now: datetime) -> EvaluationResult:
         result.rules += 1
         try:
             findings = CONDITIONS[rule.kind](rule, inputs)
+        except CircuitsUnavailable as exc:
+            log.warning("alerts: rule %s (%s) skipped: %s; its alerts are left as they were", rule.pk, rule.name, exc)
+            continue
         except Exception:  # one rule's failing input (a selector, Redis) must not stop the others
             log.exception("alerts: rule %s (%s) could not be evaluated", rule.pk, rule.name)
             continue

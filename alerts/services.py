@@ -24,7 +24,7 @@ from alerts.models import (
     RuleKind,
 )
 from alerts.selectors import alert_banner_forget
-from alerts.webhooks import literal_host_refused, webhook_url_redacted, webhook_url_sendable
+from alerts.webhooks import literal_host_refused, webhook_port_usable, webhook_url_redacted, webhook_url_sendable
 from audit.services import audit_changes, audit_record
 from catalog.models import LlmModel, Provider
 from core.db import write_unique
@@ -144,6 +144,8 @@ def _clean(data: RuleInput, *, exclude_rule_id: int | None) -> dict[str, Any]:
             else:
                 if not webhook_url_sendable(url):
                     errors.add("webhook_url", "Webhook URL's host is not a valid domain name.")
+                elif not webhook_port_usable(url):
+                    errors.add("webhook_url", "Webhook URL's port must be between 1 and 65535.")
                 elif literal_host_refused(url):
                     errors.add("webhook_url", "Webhook URL cannot point to a link-local or cloud metadata address.")
     row["webhook_url"] = url

@@ -4,15 +4,19 @@
   the alert page's delivery log and the API's delivery records (a Slack webhook's path is its secret).
 - Link-local targets (169.254.0.0/16 with the cloud metadata address 169.254.169.254, fe80::/10, and the
   IPv6 metadata address fd00:ec2::254) are refused: when a rule is saved with an IP literal host, and when a
-  delivery is sent (every address the host resolves to is checked). Private and loopback addresses stay
-  allowed: internal receivers are common.
+  delivery is sent (`target_resolve`: every address the host resolves to is checked, and the POST connects to
+  one of those very addresses). Private and loopback addresses stay allowed: internal receivers are common.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import socket
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -71,26 +75,66 @@ def literal_host_refused(url: str) -> bool:
     return address_refused(str(ipaddress.IPv4Address(packed)))
 
 
-def target_refusal(url: str) -> str:
-    """Why a delivery to `url` must not be sent ("" when it may): its host resolves to a refused address.
+def webhook_port_usable(url: str) -> bool:
+    """True when `url` names no port or one a socket can take (1-65535): Django's URL validator and httpx take
+    any five digits, and a delivery to port 65616 failed outside every error the sender handles."""
+    try:
+        port = httpx.URL(url).port
+    except (httpx.InvalidURL, UnicodeError, ValueError):
+        return False
+    return port is None or 0 < port < 65536
 
-    A host that does not resolve is left to the POST, which fails and is retried like any connection error.
-    """
+
+class TargetRefused(Exception):
+    """A delivery that must not be sent, now or later; the message says why."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one POST goes: `url` with its host replaced by an address the check passed, so the connection goes
+    where the check looked. `host` is the name as httpx would have resolved it (IDNA 2008, punycode), for the
+    Host header and, on https, the TLS server name."""
+
+    url: httpx.URL
+    host: str
+    addresses: tuple[str, ...]
+
+    def pinned(self, address: str) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
+        """The URL, headers and request extensions of a POST to this target over `address`."""
+        extensions: dict[str, Any] = {"sni_hostname": self.host} if self.url.scheme == "https" else {}
+        return self.url.copy_with(host=address), {"Host": self.url.netloc.decode("ascii")}, extensions
+
+
+# Name lookups run here, not in the event loop's default executor, which asyncio.run() waits for when it ends:
+# a stalled resolver would have held the sender past its deadline (and its claim's lease). A lookup still
+# stalled when its POST's deadline passes keeps its thread until the resolver gives up; the next waits behind.
+_RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
+
+
+async def target_resolve(url: str) -> Target:
+    """The addresses `url`'s host resolves to, every one of them checked (TargetRefused when any is refused, or
+    the URL is one httpx cannot send to; OSError when the name does not resolve, to be retried).
+
+    The name looked up is the one httpx itself would connect to (`URL.raw_host`, IDNA 2008). Python's socket
+    module encodes a str host with IDNA 2003 rules, under which `faß.example` is `fass.example`: a check made
+    that way looked at one name while httpx connected to another (`xn--fa-hia.example`)."""
     try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-    except ValueError:
-        return ""
-    if not host:
-        return ""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except (OSError, UnicodeError):
-        refused = literal_host_refused(url)
-        return f"Refused: {host} is a link-local or metadata address." if refused else ""
-    for info in infos:
-        address = str(info[4][0])
+        parsed = httpx.URL(url)
+        parsed.host  # noqa: B018 - decoding the host is the check (an "xn--" label is decoded lazily)
+        host = parsed.raw_host.decode("ascii")
+    except (httpx.InvalidURL, UnicodeError, ValueError) as exc:
+        raise TargetRefused(f"Not a URL the sender can use: {type(exc).__name__}: {exc}"[:500]) from None
+    if parsed.scheme not in ("http", "https") or not host:
+        raise TargetRefused("Not a URL the sender can use: an http:// or https:// address with a host.")
+    if not webhook_port_usable(url):
+        raise TargetRefused(f"Not a URL the sender can use: port {parsed.port} is not 1-65535.")
+    port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    loop = asyncio.get_running_loop()
+    infos = await loop.run_in_executor(_RESOLVER, socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
+    addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+    for address in addresses:
         if address_refused(address):
-            return f"Refused: {host} is or resolves to the link-local or metadata address {address}."
-    return ""
+            raise TargetRefused(f"Refused: {host} is or resolves to the link-local or metadata address {address}.")
+    if not addresses:
+        raise OSError(f"{host} resolves to no address")
+    return Target(url=parsed, host=host, addresses=addresses)

@@ -3,10 +3,12 @@
 from datetime import UTC, datetime
 
 import pytest
+from django.db import transaction
 
 from alerts.delivery import deliveries_send
-from alerts.evaluator import alerts_evaluate
+from alerts.evaluator import EvaluationResult, Finding, _apply, alerts_evaluate
 from alerts.models import Alert, Delivery
+from alerts.services import alert_open
 from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
 from health.models import CircuitControl
 from tests.alerts.conftest import make_rule
@@ -155,3 +157,42 @@ def test_an_evaluation_applied_after_a_later_one_changes_nothing(db, catalog, en
     assert (stale.updated, stale.resolved, clear.resolved, early.resolved) == ([], [], [], [])
     assert done.resolved == [alert.pk]
     assert (alert.state, alert.resolved_at) == ("resolved", at(11))
+
+
+def test_an_evaluation_applied_after_a_later_one_resolved_the_alert_does_not_reopen_it(db, catalog, engine, clock):
+    # The one that read its figures at 10.9 min (the circuit still open to it) takes the rule's lock after the
+    # 11 min evaluation resolved the alert: it used to open a new alert dated before that resolution.
+    rule = make_rule(name="open 5", kind="circuit_open", minutes=5)
+    trip(engine)
+    alerts_evaluate(at(5))
+    close_by_probe(engine, clock)
+    alerts_evaluate(at(6))
+    assert len(alerts_evaluate(at(11)).resolved) == 1
+    stale = EvaluationResult()
+
+    _apply(rule.pk, [Finding(f"{P}/{M}", {"open_minutes": 10.9}, "Circuit has been open.")], at(10.9), stale)
+
+    assert stale.opened == []
+    assert list(Alert.objects.values_list("state", flat=True)) == ["resolved"]
+
+
+def test_with_redis_away_circuit_alerts_are_left_as_they_were(db, catalog):
+    """A worker whose engine cannot reach Redis lists its own view of the circuits (empty in a worker that serves
+    no traffic): read as "all closed", it resolved every firing circuit_open alert with "clear for 5 min"."""
+    from health.breaker.redis_backend import RedisEngine
+    from tests.health.conftest import closed_port_url
+
+    rule = make_rule(name="open 5", kind="circuit_open", minutes=5)
+    with transaction.atomic():
+        alert_open(rule=rule, subject=f"{P}/{M}", figures={}, summary="open", now=at(0))
+    engine = RedisEngine(url=closed_port_url(), namespace="alerts-redis-away", clock=ManualClock(T0))
+    try:
+        with use_engine(engine):
+            first = alerts_evaluate(at(10))
+            later = alerts_evaluate(at(16))
+    finally:
+        engine.close()
+
+    alert = Alert.objects.get()
+    assert (first.resolved, later.resolved, first.rules) == ([], [], 1)
+    assert (alert.state, alert.clear_since) == ("firing", None)

@@ -1,5 +1,6 @@
 """The webhook sender against a real local receiver: bodies, retries with backoff, give-up, no duplicates."""
 
+import asyncio
 import threading
 from datetime import timedelta
 
@@ -264,13 +265,14 @@ def test_a_delivery_to_a_link_local_or_metadata_address_fails_without_a_post(db,
 
 
 def test_loopback_and_private_targets_stay_allowed(db, receiver):
-    from alerts.webhooks import target_refusal
+    from alerts.webhooks import target_resolve
 
     rule = make_rule(webhook_url=receiver.url.replace("127.0.0.1", "localhost"))
     _open(rule, timezone.now())
 
     assert deliveries_send().delivered == [Delivery.objects.get().pk]
-    assert target_refusal("http://10.1.2.3:8080/hook") == "" and target_refusal("http://[::1]/hook") == ""
+    assert asyncio.run(target_resolve("http://10.1.2.3:8080/hook")).addresses == ("10.1.2.3",)
+    assert asyncio.run(target_resolve("http://[::1]/hook")).addresses == ("::1",)
 
 
 def test_the_give_up_log_line_hides_the_webhook_path(db, receiver, settings, caplog):
@@ -318,3 +320,31 @@ def test_an_alert_s_resolved_waits_for_its_opened_still_in_backoff(db, receiver)
     assert (held.delivered, held.retrying) == ([], [])
     assert both.delivered == [opened.pk, resolved.pk]
     assert [b["state"] for b in receiver.bodies()] == ["firing", "firing", "resolved"]  # the 500, then in order
+
+
+def test_a_new_alert_s_firing_waits_for_the_previous_alert_s_resolved_of_the_same_subject(db, receiver):
+    """The condition came back while the last alert's "resolved" waited in its backoff: the new "firing" went
+    first, and the channel's last word for a firing subject was "resolved"."""
+    rule = make_rule(webhook_url=receiver.url)
+    t0 = timezone.now()
+    first = _open(rule, t0)
+    deliveries_send(now=t0)
+    with transaction.atomic():
+        alert_resolve(alert=first, rule=rule, resolution="clear for 5 min", now=t0 + timedelta(minutes=10))
+    receiver.script(503)
+    deliveries_send(now=t0 + timedelta(minutes=10))  # "resolved" fails once: its next try is 10 s later
+    _open(rule, t0 + timedelta(minutes=10, seconds=1))  # the same subject fires again
+    other = _open(rule, t0 + timedelta(minutes=10, seconds=1), subject="openai/other")
+
+    held = deliveries_send(now=t0 + timedelta(minutes=10, seconds=2))
+    rest = deliveries_send(now=t0 + timedelta(minutes=10, seconds=10))
+
+    assert held.delivered == [other.deliveries.get().pk]  # another subject is not held back
+    assert len(rest.delivered) == 2
+    states = [(b["subject"], b["state"]) for b in receiver.bodies()]
+    assert [state for subject, state in states if subject == "openai/gpt-4o"] == [
+        "firing",
+        "resolved",  # the 503
+        "resolved",
+        "firing",
+    ]

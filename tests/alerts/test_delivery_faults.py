@@ -92,3 +92,127 @@ def test_a_delivery_to_an_address_no_client_can_use_is_given_up_and_the_run_goes
     assert result.failed == [given_up.pk]
     assert result.delivered == [Delivery.objects.get(alert__rule=good).pk]
     assert [r.path for r in receiver.requests] == ["/good"]
+
+
+# ---------- Ports, names and the resolver ----------
+
+
+@pytest.mark.parametrize("url", ["http://hooks.example.com:65616/hook", "http://hooks.example.com:0/hook"])
+def test_a_webhook_port_no_socket_takes_is_refused_when_the_rule_is_saved(db, url):
+    with pytest.raises(ValidationFailed) as refused:
+        make_rule(webhook_url=url)
+
+    assert refused.value.errors["webhook_url"] == ["Webhook URL's port must be between 1 and 65535."]
+
+
+def test_a_delivery_to_a_port_no_socket_takes_is_given_up_and_the_run_goes_on(db, receiver):
+    """A row saved before the check: its POST raised an error no handler caught, which stopped the run and left
+    the row claimed, to stop every later run once its lease ran out."""
+    now = timezone.now()
+    bad = make_rule(name="bad", webhook_url=receiver.url)
+    good = make_rule(name="good", webhook_url=receiver.url)
+    _open(bad, now - timedelta(seconds=1))
+    _open(good, now)
+    Delivery.objects.filter(alert__rule=bad).update(url="http://localhost:65616/hook")
+
+    result = deliveries_send(now=now)
+
+    given_up = Delivery.objects.get(alert__rule=bad)
+    assert (given_up.status, given_up.attempts, given_up.claimed_until) == (DeliveryStatus.FAILED, 1, None)
+    assert given_up.last_error == "Not a URL the sender can use: port 65616 is not 1-65535."
+    assert result.delivered == [Delivery.objects.get(alert__rule=good).pk] and len(receiver.requests) == 1
+
+
+@pytest.fixture
+def resolver(monkeypatch):
+    """A name service: `names` maps a host (as looked up) to an address (None: it does not resolve); every lookup
+    is counted, and each waits for `gate` when one is set."""
+    real = socket.getaddrinfo
+    state = {"names": {}, "lookups": [], "gate": None, "waits_ended": 0}
+
+    def getaddrinfo(host, port, *args, **kwargs):
+        name = host.decode() if isinstance(host, bytes) else host
+        state["lookups"].append(name)
+        if state["gate"] is not None:
+            state["gate"].wait(5)  # a stalled resolver, given up after 5 s (glibc's default per try)
+            state["waits_ended"] += 1
+        # As CPython's socket module does with a str host: the "idna" codec, IDNA 2003 (ß becomes ss).
+        ascii_name = name if name.isascii() else name.encode("idna").decode("ascii")
+        if ascii_name.lower() in state["names"]:
+            if state["names"][ascii_name.lower()] is None:
+                raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (state["names"][ascii_name.lower()], port))]
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return state
+
+
+def test_the_post_goes_to_the_address_the_check_passed_with_the_name_as_host(db, receiver, resolver):
+    port = receiver.server.server_port
+    resolver["names"]["hooks.example.test"] = "127.0.0.1"
+    rule = make_rule(webhook_url=f"http://hooks.example.test:{port}/hook")
+    _open(rule, timezone.now())
+
+    result = deliveries_send()
+
+    assert result.delivered == [Delivery.objects.get().pk]
+    (received,) = receiver.requests
+    assert received.headers["Host"] == f"hooks.example.test:{port}"
+    assert resolver["lookups"] == ["hooks.example.test"]  # looked up once: httpx did not resolve it again
+
+
+def test_the_check_looks_up_the_name_httpx_would_connect_to(db, receiver, resolver, monkeypatch):
+    """IDNA 2003 (Python's socket module) reads faß as fass, IDNA 2008 (httpx) as xn--fa-hia: the check looked
+    at one name and the POST went to the other. Here the receiver stands in for the metadata address."""
+    import alerts.webhooks as webhooks
+
+    refused = webhooks.address_refused
+    monkeypatch.setattr(webhooks, "address_refused", lambda address: address == "127.0.0.1" or refused(address))
+    resolver["names"].update({"fass.example.com": "192.0.2.10", "xn--fa-hia.example.com": "127.0.0.1"})
+    rule = make_rule(webhook_url=f"http://fa\u00df.example.com:{receiver.server.server_port}/hook")
+    _open(rule, timezone.now())
+
+    result = deliveries_send()
+
+    delivery = Delivery.objects.get()
+    assert result.failed == [delivery.pk] and receiver.requests == []
+    assert delivery.last_error == (
+        "Refused: xn--fa-hia.example.com is or resolves to the link-local or metadata address 127.0.0.1."
+    )
+
+
+def test_a_stalled_name_lookup_ends_with_the_posts_deadline(db, resolver, settings):
+    """The lookup ran before the POST with no deadline: a resolver that stalled held the sender (and could
+    outlast its claim's lease, when a second sender sent the delivery again)."""
+    settings.ALERT_WEBHOOK_TIMEOUT_SECONDS = 0.5
+    resolver["gate"] = stalled = threading.Event()
+    rule = make_rule(webhook_url="http://stalled-dns.example.test/hook")
+    _open(rule, timezone.now())
+
+    try:
+        result = deliveries_send()
+        lookups_ended = resolver["waits_ended"]
+    finally:
+        stalled.set()
+
+    delivery = Delivery.objects.get()
+    assert lookups_ended == 0  # the sender did not wait for the resolver to give up
+    assert result.retrying == [delivery.pk]
+    assert (delivery.status, delivery.last_error, delivery.claimed_until) == (
+        "pending",
+        "No answer within 0.5 s.",
+        None,
+    )
+
+
+def test_a_name_that_does_not_resolve_is_retried(db, resolver):
+    resolver["names"]["nowhere.example.test"] = None
+    rule = make_rule(webhook_url="http://nowhere.example.test/hook")
+    _open(rule, timezone.now())
+
+    result = deliveries_send()
+
+    delivery = Delivery.objects.get()
+    assert result.retrying == [delivery.pk]
+    assert delivery.last_error.startswith("Name lookup failed: gaierror")
