@@ -271,5 +271,13 @@ def alerts_evaluate(now: datetime) -> EvaluationResult:
         except Exception:  # one rule's failing input (a selector, Redis) must not stop the others
             log.exception("alerts: rule %s (%s) could not be evaluated", rule.pk, rule.name)
             continue
-        _apply(rule.pk, findings, now, result)
+        applied = EvaluationResult()
+        try:
+            _apply(rule.pk, findings, now, applied)
+        except Exception:  # nor one rule's failing write (its transaction is rolled back, its ids not reported)
+            log.exception("alerts: the alerts of rule %s (%s) could not be updated", rule.pk, rule.name)
+            continue
+        result.opened += applied.opened
+        result.updated += applied.updated
+        result.resolved += applied.resolved
     return result

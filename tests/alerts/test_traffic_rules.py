@@ -118,3 +118,30 @@ def test_degraded_skips_a_source_model_whose_primary_is_held(db, catalog):
     alerts_evaluate(now)
 
     assert list(Alert.objects.values_list("subject", flat=True)) == ["gpt-4o-mini"]
+
+
+def test_one_rule_whose_alerts_cannot_be_written_does_not_stop_the_others(db, catalog, monkeypatch):
+    """A database error while one rule's alerts were written left the rules after it unevaluated."""
+    from django.db import DatabaseError
+
+    import alerts.evaluator as evaluator
+
+    broken = make_rule(name="broken", kind="degraded")
+    make_rule(name="fine", kind="degraded")
+    now = timezone.now()
+    _traffic(now, ok=10, fell_back=30)
+    real_open = evaluator.alert_open
+
+    def alert_open(*, rule, **kwargs):
+        if rule.pk == broken.pk:
+            real_open(rule=rule, **kwargs)  # written, then the transaction fails: rolled back
+            raise DatabaseError("could not serialize access")
+        return real_open(rule=rule, **kwargs)
+
+    monkeypatch.setattr(evaluator, "alert_open", alert_open)
+
+    result = alerts_evaluate(now)
+
+    fine = Alert.objects.get()
+    assert fine.rule_name == "fine"
+    assert (result.rules, result.opened) == (2, [fine.pk])
