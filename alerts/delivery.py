@@ -31,7 +31,7 @@ from django.db import connection, transaction
 from django.db.models import Exists, OuterRef, Q
 
 from alerts.models import Delivery, DeliveryAttempt, DeliveryStatus
-from alerts.webhooks import Target, TargetRefused, target_resolve, webhook_url_redacted
+from alerts.webhooks import TargetRefused, target_check, webhook_url_redacted
 
 log = logging.getLogger(__name__)
 
@@ -68,14 +68,14 @@ def _due(now: datetime) -> Q:
     # while the alert's "opened" is still pending (in its backoff), or the receiver's last word would be
     # "firing"; and a new alert's "firing" waits for the previous alert's "resolved" of the same rule and
     # subject, or the last word would be "resolved" while it fires. (A deleted rule's alerts: each on its own.)
-    same_subject = Q(alert=OuterRef("alert")) | Q(
-        alert__rule=OuterRef("alert__rule"), alert__subject=OuterRef("alert__subject")
-    )
-    earlier_pending = Delivery.objects.filter(same_subject, status=DeliveryStatus.PENDING, id__lt=OuterRef("id"))
+    pending_before = Delivery.objects.filter(status=DeliveryStatus.PENDING, id__lt=OuterRef("id"))
+    same_alert = pending_before.filter(alert=OuterRef("alert"))
+    same_subject = pending_before.filter(alert__rule=OuterRef("alert__rule"), alert__subject=OuterRef("alert__subject"))
     return (
         Q(status=DeliveryStatus.PENDING, next_attempt_at__lte=now)
         & (Q(claimed_until__isnull=True) | Q(claimed_until__lt=now))
-        & Q(~Exists(earlier_pending))
+        & ~Exists(same_alert)
+        & ~Exists(same_subject)
     )
 
 
@@ -86,7 +86,8 @@ def _claim(now: datetime) -> tuple[Delivery, str] | None:
         take = CANDIDATES
         if connection.vendor == "postgresql":
             # One row: a sender locks only the row it takes, so a concurrent one skips nothing else.
-            candidates, take = candidates.select_for_update(skip_locked=True), 1
+            # `of`: the delivery's row only, not the alert row the ordering condition joins.
+            candidates, take = candidates.select_for_update(skip_locked=True, of=("self",)), 1
         for delivery_id in list(candidates.values_list("id", flat=True)[:take]):
             token = uuid.uuid4().hex
             # Conditional: a sender that read the same candidate (SQLite, or a lease that just expired) loses.
@@ -116,15 +117,27 @@ def _post(delivery: Delivery) -> tuple[int | None, str, bool]:
     that stalls) would otherwise hold the sender past its claim's lease (and another sender would send the
     delivery again) and stall the run.
     """
-    return asyncio.run(_post_within(delivery, settings.ALERT_WEBHOOK_TIMEOUT_SECONDS))
+    # Not asyncio.run(): when it ends it waits for the loop's executor threads, where a name lookup abandoned at
+    # the deadline may still wait on a stalled resolver. Closing the loop leaves them to end on their own, and a
+    # new loop per POST gives each its own threads, so one stalled name never delays another receiver's POST.
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(_post_within(delivery, settings.ALERT_WEBHOOK_TIMEOUT_SECONDS))
+    finally:
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
 
 
 async def _post_within(delivery: Delivery, seconds: float) -> tuple[int | None, str, bool]:
     """The name lookup, its check and the POST, under one deadline."""
     try:
-        async with asyncio.timeout(seconds):
-            target = await target_resolve(delivery.url)
-            code = await _post_to(target, delivery, seconds)
+        async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client, asyncio.timeout(seconds):
+            await target_check(delivery.url)
+            # Streamed and never read: the answer's status is all that counts, whatever size its body.
+            headers = {"User-Agent": USER_AGENT, "Idempotency-Key": idempotency_key(delivery)}
+            request = client.stream("POST", delivery.url, json=delivery.payload, headers=headers)
+            async with request as response:
+                code = response.status_code
     except TargetRefused as exc:
         return None, str(exc), True
     except TimeoutError:
@@ -142,25 +155,6 @@ async def _post_within(delivery: Delivery, seconds: float) -> tuple[int | None, 
         log.exception("alerts: delivery %s to %s failed", delivery.pk, webhook_url_redacted(delivery.url))
         return None, f"{type(exc).__name__}: {exc}"[:500], False
     return code, "" if 200 <= code < 300 else f"HTTP {code}", False
-
-
-async def _post_to(target: Target, delivery: Delivery, seconds: float) -> int:
-    """POST to the target's checked addresses in turn until one takes the connection; the answer's status."""
-    headers = {"User-Agent": USER_AGENT, "Idempotency-Key": idempotency_key(delivery)}
-    async with httpx.AsyncClient(timeout=seconds, follow_redirects=False) as client:
-        for n, address in enumerate(target.addresses, start=1):
-            url, host, extensions = target.pinned(address)
-            # Streamed and never read: the answer's status is all that counts, whatever size its body.
-            request = client.stream(
-                "POST", url, json=delivery.payload, headers={**headers, **host}, extensions=extensions
-            )
-            try:
-                async with request as response:
-                    return response.status_code
-            except httpx.ConnectError:
-                if n == len(target.addresses):
-                    raise
-    raise AssertionError("a target has at least one address")
 
 
 def _record(

@@ -4,8 +4,8 @@
   the alert page's delivery log and the API's delivery records (a Slack webhook's path is its secret).
 - Link-local targets (169.254.0.0/16 with the cloud metadata address 169.254.169.254, fe80::/10, and the
   IPv6 metadata address fd00:ec2::254) are refused: when a rule is saved with an IP literal host, and when a
-  delivery is sent (`target_resolve`: every address the host resolves to is checked, and the POST connects to
-  one of those very addresses). Private and loopback addresses stay allowed: internal receivers are common.
+  delivery is sent (`target_check`: every address the host resolves to is checked). Private and loopback
+  addresses stay allowed: internal receivers are common.
 """
 
 from __future__ import annotations
@@ -14,9 +14,6 @@ import asyncio
 import hashlib
 import ipaddress
 import socket
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
@@ -89,35 +86,15 @@ class TargetRefused(Exception):
     """A delivery that must not be sent, now or later; the message says why."""
 
 
-@dataclass(frozen=True)
-class Target:
-    """Where one POST goes: `url` with its host replaced by an address the check passed, so the connection goes
-    where the check looked. `host` is the name as httpx would have resolved it (IDNA 2008, punycode), for the
-    Host header and, on https, the TLS server name."""
+async def target_check(url: str) -> None:
+    """Raise TargetRefused when `url` may never be sent to: a URL httpx cannot send to, or a host that is or
+    resolves to a refused address (every address is checked). OSError when the name does not resolve (tried
+    again later). Run it under the POST's deadline, on a loop whose executor nobody waits for (the lookup runs
+    there and a stalled resolver would otherwise hold the sender).
 
-    url: httpx.URL
-    host: str
-    addresses: tuple[str, ...]
-
-    def pinned(self, address: str) -> tuple[httpx.URL, dict[str, str], dict[str, Any]]:
-        """The URL, headers and request extensions of a POST to this target over `address`."""
-        extensions: dict[str, Any] = {"sni_hostname": self.host} if self.url.scheme == "https" else {}
-        return self.url.copy_with(host=address), {"Host": self.url.netloc.decode("ascii")}, extensions
-
-
-# Name lookups run here, not in the event loop's default executor, which asyncio.run() waits for when it ends:
-# a stalled resolver would have held the sender past its deadline (and its claim's lease). A lookup still
-# stalled when its POST's deadline passes keeps its thread until the resolver gives up; the next waits behind.
-_RESOLVER = ThreadPoolExecutor(max_workers=4, thread_name_prefix="webhook-dns")
-
-
-async def target_resolve(url: str) -> Target:
-    """The addresses `url`'s host resolves to, every one of them checked (TargetRefused when any is refused, or
-    the URL is one httpx cannot send to; OSError when the name does not resolve, to be retried).
-
-    The name looked up is the one httpx itself would connect to (`URL.raw_host`, IDNA 2008). Python's socket
-    module encodes a str host with IDNA 2003 rules, under which `faß.example` is `fass.example`: a check made
-    that way looked at one name while httpx connected to another (`xn--fa-hia.example`)."""
+    The name looked up is the one httpx itself resolves (`URL.raw_host`, IDNA 2008). Python's socket module
+    encodes a str host by IDNA 2003 rules, under which `faß.example` is `fass.example`: a check made that way
+    looked at one name while httpx connected to another (`xn--fa-hia.example`)."""
     try:
         parsed = httpx.URL(url)
         parsed.host  # noqa: B018 - decoding the host is the check (an "xn--" label is decoded lazily)
@@ -129,12 +106,8 @@ async def target_resolve(url: str) -> Target:
     if not webhook_port_usable(url):
         raise TargetRefused(f"Not a URL the sender can use: port {parsed.port} is not 1-65535.")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
-    loop = asyncio.get_running_loop()
-    infos = await loop.run_in_executor(_RESOLVER, socket.getaddrinfo, host, port, 0, socket.SOCK_STREAM)
-    addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
-    for address in addresses:
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    for info in infos:
+        address = str(info[4][0])
         if address_refused(address):
             raise TargetRefused(f"Refused: {host} is or resolves to the link-local or metadata address {address}.")
-    if not addresses:
-        raise OSError(f"{host} resolves to no address")
-    return Target(url=parsed, host=host, addresses=addresses)

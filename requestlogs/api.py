@@ -222,7 +222,7 @@ FILTER_PARAMETERS = [
     OpenApiParameter("served_model", OpenApiTypes.STR, description="The model that served the request (exact)."),
     OpenApiParameter("provider", OpenApiTypes.STR, description="The provider that served the request (exact)."),
     _choice(
-        "status", [str(c) for c in STATUS_FILTER_LABELS], "Status class; client_gone is 499, errors any of 4xx/499/5xx."
+        "status", [str(c) for c in STATUS_FILTER_LABELS], "Status class; client_gone is 499; errors: not 2xx or 3xx."
     ),
     _choice(
         "fallback", ["yes", "served", "no"], "Whether a chain entry served the request; served: and answered below 500."

@@ -39,7 +39,8 @@ class StatusClass(StrEnum):
     CLIENT_ERROR = "4xx"
     SERVER_ERROR = "5xx"
     CLIENT_GONE = "client_gone"
-    # A filter, not a class of one answer: 4xx, 499 and 5xx together (the Dashboard's error chart links to it).
+    # A filter, not a class of one answer: every status but 2xx and 3xx, so 4xx, 499, 5xx and the rare status
+    # outside 100-599 (what the Dashboard's error chart counts, and links here for).
     ANY_ERROR = "errors"
 
 
@@ -49,7 +50,7 @@ STATUS_CLASS_LABELS = {
     StatusClass.SERVER_ERROR: "5xx",
     StatusClass.CLIENT_GONE: "Client gone (499)",
 }
-STATUS_FILTER_LABELS = {**STATUS_CLASS_LABELS, StatusClass.ANY_ERROR: "Any error (4xx, 499, 5xx)"}
+STATUS_FILTER_LABELS = {**STATUS_CLASS_LABELS, StatusClass.ANY_ERROR: "Any error (not 2xx or 3xx)"}
 
 
 def status_class_of(status: int) -> StatusClass | None:
@@ -124,7 +125,7 @@ def _status_q(status_class: StatusClass) -> Q:
     if status_class is StatusClass.SERVER_ERROR:
         return Q(status__gte=500, status__lt=600)
     if status_class is StatusClass.ANY_ERROR:
-        return Q(status__gte=400, status__lt=600)
+        return Q(status__gte=400) | Q(status__lt=200)
     return Q(status=CLIENT_GONE)
 
 

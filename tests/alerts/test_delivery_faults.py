@@ -126,14 +126,14 @@ def test_a_delivery_to_a_port_no_socket_takes_is_given_up_and_the_run_goes_on(db
 @pytest.fixture
 def resolver(monkeypatch):
     """A name service: `names` maps a host (as looked up) to an address (None: it does not resolve); every lookup
-    is counted, and each waits for `gate` when one is set."""
+    is counted, and the lookup of a name in `stalled` waits for `gate`."""
     real = socket.getaddrinfo
-    state = {"names": {}, "lookups": [], "gate": None, "waits_ended": 0}
+    state = {"names": {}, "lookups": [], "stalled": set(), "gate": threading.Event(), "waits_ended": 0}
 
     def getaddrinfo(host, port, *args, **kwargs):
         name = host.decode() if isinstance(host, bytes) else host
         state["lookups"].append(name)
-        if state["gate"] is not None:
+        if name in state["stalled"]:
             state["gate"].wait(5)  # a stalled resolver, given up after 5 s (glibc's default per try)
             state["waits_ended"] += 1
         # As CPython's socket module does with a str host: the "idna" codec, IDNA 2003 (ß becomes ss).
@@ -145,10 +145,11 @@ def resolver(monkeypatch):
         return real(host, port, *args, **kwargs)
 
     monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
-    return state
+    yield state
+    state["gate"].set()
 
 
-def test_the_post_goes_to_the_address_the_check_passed_with_the_name_as_host(db, receiver, resolver):
+def test_the_check_and_the_post_look_up_the_same_name(db, receiver, resolver):
     port = receiver.server.server_port
     resolver["names"]["hooks.example.test"] = "127.0.0.1"
     rule = make_rule(webhook_url=f"http://hooks.example.test:{port}/hook")
@@ -159,7 +160,7 @@ def test_the_post_goes_to_the_address_the_check_passed_with_the_name_as_host(db,
     assert result.delivered == [Delivery.objects.get().pk]
     (received,) = receiver.requests
     assert received.headers["Host"] == f"hooks.example.test:{port}"
-    assert resolver["lookups"] == ["hooks.example.test"]  # looked up once: httpx did not resolve it again
+    assert resolver["lookups"] == ["hooks.example.test", "hooks.example.test"]  # the check's, then httpx's
 
 
 def test_the_check_looks_up_the_name_httpx_would_connect_to(db, receiver, resolver, monkeypatch):
@@ -186,7 +187,7 @@ def test_a_stalled_name_lookup_ends_with_the_posts_deadline(db, resolver, settin
     """The lookup ran before the POST with no deadline: a resolver that stalled held the sender (and could
     outlast its claim's lease, when a second sender sent the delivery again)."""
     settings.ALERT_WEBHOOK_TIMEOUT_SECONDS = 0.5
-    resolver["gate"] = stalled = threading.Event()
+    resolver["stalled"].add("stalled-dns.example.test")
     rule = make_rule(webhook_url="http://stalled-dns.example.test/hook")
     _open(rule, timezone.now())
 
@@ -194,7 +195,7 @@ def test_a_stalled_name_lookup_ends_with_the_posts_deadline(db, resolver, settin
         result = deliveries_send()
         lookups_ended = resolver["waits_ended"]
     finally:
-        stalled.set()
+        resolver["gate"].set()
 
     delivery = Delivery.objects.get()
     assert lookups_ended == 0  # the sender did not wait for the resolver to give up
@@ -216,3 +217,97 @@ def test_a_name_that_does_not_resolve_is_retried(db, resolver):
     delivery = Delivery.objects.get()
     assert result.retrying == [delivery.pk]
     assert delivery.last_error.startswith("Name lookup failed: gaierror")
+
+
+def test_stalled_lookups_of_one_name_do_not_hold_another_receiver_s_post(db, receiver, resolver, settings):
+    """Lookups abandoned at their deadline keep their threads until the resolver gives up: in a pool shared by
+    every POST, four of them made the next receiver's lookup wait behind them, and its delivery fail."""
+    settings.ALERT_WEBHOOK_TIMEOUT_SECONDS = 0.5
+    resolver["stalled"].add("stalled-dns.example.test")
+    now = timezone.now()
+    for n in range(4):
+        rule = make_rule(name=f"stalled {n}", webhook_url="http://stalled-dns.example.test/hook")
+        _open(rule, now - timedelta(seconds=10 - n))
+    good = make_rule(name="good", webhook_url=receiver.url)  # an IP literal: its lookup waits on no resolver
+    _open(good, now)
+
+    try:
+        result = deliveries_send(budget_seconds=30)
+        lookups_ended = resolver["waits_ended"]
+    finally:
+        resolver["gate"].set()
+
+    assert lookups_ended == 0
+    assert result.delivered == [Delivery.objects.get(alert__rule=good).pk] and len(receiver.requests) == 1
+    assert len(result.retrying) == 4
+
+
+def test_a_name_whose_first_address_drops_connections_is_sent_over_the_next(db, receiver, settings, monkeypatch):
+    """httpx tries a name's addresses in turn (anyio's happy eyeballs): a first address whose accept queue is
+    full, so that it drops the connection attempt, does not end the POST."""
+    settings.ALERT_WEBHOOK_TIMEOUT_SECONDS = 3
+    port = receiver.server.server_port
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, p, *args, **kwargs):
+        if (host.decode() if isinstance(host, bytes) else host) == "dual.example.test":
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, p)) for a in ("127.0.0.2", "127.0.0.1")]
+        return real(host, p, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    blackhole = socket.socket()
+    blackhole.bind(("127.0.0.2", port))
+    blackhole.listen(0)
+    filler = socket.create_connection(("127.0.0.2", port))  # the accept queue is full: later SYNs are dropped
+    try:
+        _open(make_rule(webhook_url=f"http://dual.example.test:{port}/hook"), timezone.now())
+
+        result = deliveries_send()
+    finally:
+        filler.close()
+        blackhole.close()
+
+    delivery = Delivery.objects.get()
+    assert result.delivered == [delivery.pk], delivery.last_error
+
+
+@pytest.fixture
+def connect_proxy():
+    """An HTTP proxy that records the CONNECT line it gets and refuses the tunnel."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    lines: list[str] = []
+    stop = threading.Event()
+
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            with conn:
+                lines.append(conn.recv(65536).split(b"\r\n", 1)[0].decode())
+                conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}", lines
+    stop.set()
+    thread.join(5)
+    server.close()
+
+
+def test_an_https_webhook_through_an_egress_proxy_tunnels_to_the_name(db, resolver, connect_proxy, monkeypatch):
+    """The sender honours HTTPS_PROXY as httpx does: the tunnel is asked for the webhook's name (a tunnel to the
+    address the check found would fail the certificate check, and miss NO_PROXY entries written as names)."""
+    proxy, lines = connect_proxy
+    for var in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", proxy)
+    resolver["names"]["hooks.example.test"] = "192.0.2.10"
+    _open(make_rule(webhook_url="https://hooks.example.test/services/T000/B000/XXXX"), timezone.now())
+
+    result = deliveries_send()
+
+    assert lines == ["CONNECT hooks.example.test:443 HTTP/1.1"]
+    assert result.retrying == [Delivery.objects.get().pk]  # the proxy's 403

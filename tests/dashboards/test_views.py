@@ -326,12 +326,14 @@ def test_the_error_panel_says_there_were_no_errors(admin_client, engine):
 
 
 def test_an_error_bucket_opens_the_errors_its_title_counts(admin_client, engine):
-    """A bucket whose errors are a 4xx and a 499 lists both (it used to link to its 5xx only: none)."""
+    """A bucket whose errors are a 4xx, a 499 and a status outside 100-599 lists all three (it used to link to its
+    5xx only: none)."""
     now = time.time()
     request_logs_insert(
         records=[
             log_record(at=now - 2, status=429, error_kind="upstream_status"),
             log_record(at=now - 2, status=499),
+            log_record(at=now - 2, status=601, error_kind="upstream_status"),
             log_record(at=now - 2),
         ]
     )
@@ -339,7 +341,7 @@ def test_an_error_bucket_opens_the_errors_its_title_counts(admin_client, engine)
     panel = html_of(admin_client, "/?range=1h").split('id="dash-errors"')[1].split("</section>")[0]
     links = re.findall(r'<a href="([^"]+)" tabindex="-1"><rect class="dash-hit"[^>]*><title>([^<]*)</title>', panel)
     [(href, title)] = [(href, title) for href, title in links if "4xx 1," in title]
-    assert "Client gone (499) 1" in title
+    assert "Client gone (499) 1" in title and "Other 1" in title
     logs = html_of(admin_client, href.replace("&amp;", "&"))
 
-    assert int(COUNT.search(logs).group(1)) == 2
+    assert int(COUNT.search(logs).group(1)) == 3
