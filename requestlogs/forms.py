@@ -152,7 +152,7 @@ class RequestLogFilterForm(forms.Form):
             choices=[
                 ("", "Any"),
                 ("yes", "Fallback"),
-                ("served", "Served by a fallback (below 500)"),
+                ("served", "Fallback, not 5xx"),
                 ("no", "No fallback"),
             ],
             error_messages={"invalid_choice": "Fallback is “yes”, “served” or “no” (or empty for any)."},
