@@ -372,3 +372,27 @@ def _resolve_all(rule: AlertRule, *, resolution: str) -> None:
     now = timezone.now()
     for alert in Alert.objects.select_for_update().filter(rule=rule, state=AlertState.FIRING):
         alert_resolve(alert=alert, rule=rule, resolution=resolution, now=now)
+
+
+def alert_rules_renamed(*, actor: Actor, field: str, old: str, new: str) -> None:
+    """Carry the rules that name a provider or a model (`field`) over to its new name: catalog calls this in the
+    rename's transaction. Left behind, such a rule matched nothing and could not be saved as it was."""
+    if field not in ("provider", "model"):
+        raise ValueError(field)
+    for rule in AlertRule.objects.select_for_update().filter(**{field: old}).order_by("pk"):
+        setattr(rule, field, new)
+        rule.save(update_fields=[field])
+        audit_record(
+            actor=actor,
+            action="alert_rule.update",
+            object_type="alert_rule",
+            object_id=rule.pk,
+            object_repr=rule.name,
+            before={field: old},
+            after={field: new},
+        )
+
+
+def alert_rules_referencing(*, field: str, name: str) -> list[str]:
+    """The names of the rules that name a provider or a model (`field`), for a refused delete."""
+    return list(AlertRule.objects.filter(**{field: name}).order_by("name").values_list("name", flat=True))

@@ -2,7 +2,9 @@
 
 Catalog sits below routing and chains, yet it must refuse to delete a provider, a model or a scope target
 (team, application, agent, user, key) that their rows still name, and refuse a model name an alias already
-has. Each of those apps registers its finders in its AppConfig.ready(); catalog's services ask here.
+has. Each of those apps registers its finders in its AppConfig.ready(); catalog's services ask here. Apps
+whose rows name a provider or a model as text (holds, breaker overrides, alert rules) register a rename too,
+which carries those rows over to the new name in the rename's transaction.
 
 `order` places a kind in the 409's message and `errors` dict whatever order the apps load in (chains 10,
 routing rules 20, guardrails 30, aliases 40; catalog's own "models" come last). Registering a kind again
@@ -14,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from catalog.models import LlmModel, Provider
+from core.types import Actor
 
 
 class ProviderFinder(Protocol):
@@ -36,6 +39,10 @@ class ProviderMove(Protocol):
     def __call__(self, *, model: LlmModel, provider: Provider) -> list[str]: ...
 
 
+class Rename(Protocol):
+    def __call__(self, *, actor: Actor, old: str, new: str) -> None: ...
+
+
 @dataclass(frozen=True)
 class _Referrer[F]:
     kind: str  # key in the ConflictError's errors, e.g. "routing_rules"
@@ -54,6 +61,8 @@ _model_referrers: dict[str, _Referrer[ModelFinder]] = {}
 _scope_referrers: dict[str, _Referrer[ScopeFinder]] = {}
 _model_name_claims: dict[str, _Claim] = {}
 _provider_moves: dict[str, ProviderMove] = {}
+_provider_renames: dict[str, Rename] = {}
+_model_renames: dict[str, Rename] = {}
 _labels: dict[str, str] = {}
 
 
@@ -84,6 +93,27 @@ def register_provider_move_check(*, kind: str, check: ProviderMove) -> None:
     """`check(model=..., provider=...)` says, one sentence per row of `kind`, what serving `model` by default
     through `provider` would break (a chain entry that would be its own source, say); [] when nothing."""
     _provider_moves[kind] = check
+
+
+def register_provider_rename(*, kind: str, rename: Rename) -> None:
+    """`rename(actor=..., old=..., new=...)` carries the rows of `kind` that name a provider as text over to its
+    new name, inside the rename's transaction (it may refuse with a ConflictError, which rolls the rename back)."""
+    _provider_renames[kind] = rename
+
+
+def register_model_rename(*, kind: str, rename: Rename) -> None:
+    """As register_provider_rename, for a model's name."""
+    _model_renames[kind] = rename
+
+
+def provider_renamed(*, actor: Actor, old: str, new: str) -> None:
+    for kind in sorted(_provider_renames):
+        _provider_renames[kind](actor=actor, old=old, new=new)
+
+
+def model_renamed(*, actor: Actor, old: str, new: str) -> None:
+    for kind in sorted(_model_renames):
+        _model_renames[kind](actor=actor, old=old, new=new)
 
 
 def _found[F](referrers: dict[str, _Referrer[F]], ask: Callable[[F], list[str]]) -> dict[str, list[str]]:

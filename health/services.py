@@ -463,6 +463,51 @@ def _hold_model(errors: FieldErrors, value: Any, provider: Provider | None) -> s
     return name
 
 
+def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> None:
+    """Carry the holds and breaker overrides saved under a provider's or a model's old name (`field`) over to its
+    new name: catalog calls this in the rename's transaction. They name circuits as text, so left behind a drain
+    or a forced-open hold was lifted and an override dropped, silently, and came back if a new row took the old
+    name. One audit event per row moved. A row the new name already has (a hold or override saved for a
+    circuit tracked under that name) refuses the rename (ConflictError), which rolls it back."""
+    if field not in ("provider", "model"):
+        raise ValueError(field)
+    kinds: tuple[tuple[type[BreakerOverride] | type[CircuitControl], str, str], ...] = (
+        (BreakerOverride, "breaker_override", "breaker override"),
+        (CircuitControl, "circuit_control", "hold"),
+    )
+    for model_class, object_type, noun in kinds:
+        for row in model_class.objects.select_for_update().filter(**{field: old}).order_by("pk"):
+            before = {"provider": row.provider, "model": row.model}
+            after = {**before, field: new}
+            target = _target(after["provider"], after["model"])
+            if model_class.objects.filter(**after).exists():
+                message = (
+                    f"{target} already has a {noun} of its own, so the {noun} of {_target(**before)} cannot move "
+                    "to it: delete or release one of them first."
+                )
+                raise ConflictError(message, errors={"name": [message]})
+            setattr(row, field, new)
+            row.save()
+            audit_record(
+                actor=actor,
+                action=f"{object_type}.rename",
+                object_type=object_type,
+                object_id=target,
+                object_repr=f"{noun.capitalize()} {target}",
+                before=before,
+                after=after,
+            )
+
+
+def circuit_names_referencing(*, field: str, name: str) -> list[str]:
+    """The holds and breaker overrides that name a provider or a model (`field`), for a refused delete."""
+    holds = CircuitControl.objects.filter(**{field: name}).order_by("provider", "model")
+    overrides = BreakerOverride.objects.filter(**{field: name}).order_by("provider", "model")
+    return [f"{_target(r.provider, r.model)} ({r.get_kind_display().lower()})" for r in holds] + [
+        f"{_target(r.provider, r.model)} (breaker override)" for r in overrides
+    ]
+
+
 def _target(provider: str, model: str) -> str:
     return f"{provider}/{model}" if model else provider
 

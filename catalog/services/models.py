@@ -9,7 +9,7 @@ from django.db import transaction
 from audit.services import audit_record
 from catalog.enums import Capability
 from catalog.models import LlmModel, Provider
-from catalog.references import model_name_claimed_as, model_references, provider_move_problems
+from catalog.references import model_name_claimed_as, model_references, model_renamed, provider_move_problems
 from catalog.selectors import providers_deploying
 from catalog.services._shared import audit_update, delete_checked, name_checked, refuse_if_referenced, save_named
 from core.configbus import config_publish
@@ -126,6 +126,7 @@ def llm_model_update(*, actor: Actor, model: LlmModel, data: LlmModelInput) -> L
     audit_update(actor=actor, object_type="model", obj=model, before=before, after=_llm_model_snapshot(model))
     if model.name != old_name:
         _deployments_rename(actor=actor, old=old_name, new=model.name)
+        model_renamed(actor=actor, old=old_name, new=model.name)
     transaction.on_commit(config_publish)
     return model
 

@@ -10,7 +10,7 @@ from django.db import transaction
 from audit.services import audit_record
 from catalog.enums import Protocol
 from catalog.models import LlmModel, Provider, base_url_problem
-from catalog.references import provider_references
+from catalog.references import provider_references, provider_renamed
 from catalog.selectors import models_of_provider
 from catalog.services._shared import audit_update, delete_checked, name_checked, refuse_if_referenced, save_named
 from core.configbus import config_publish
@@ -181,6 +181,7 @@ def provider_update(*, actor: Actor, provider: Provider, data: ProviderInput, ap
     fields = _provider_validate(data, exclude_pk=provider.pk, api_key=api_key)
     before = _provider_snapshot(provider)
     key_replaced = api_key is not None and bool(provider.api_key) and bool(api_key.strip())
+    old_name = provider.name
     for name, value in fields.items():
         setattr(provider, name, value)
     if api_key is not None:
@@ -190,6 +191,8 @@ def provider_update(*, actor: Actor, provider: Provider, data: ProviderInput, ap
     if key_replaced:
         before["api_key"], after["api_key"] = "(previous key)", "(replaced)"
     audit_update(actor=actor, object_type="provider", obj=provider, before=before, after=after)
+    if provider.name != old_name:
+        provider_renamed(actor=actor, old=old_name, new=provider.name)
     transaction.on_commit(config_publish)
     return provider
 

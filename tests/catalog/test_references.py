@@ -17,9 +17,19 @@ def test_the_apps_above_register_their_referrers_in_the_409_order():
     model_kinds = sorted(references._model_referrers.values(), key=lambda r: r.order)
     scope_kinds = sorted(references._scope_referrers.values(), key=lambda r: r.order)
 
-    assert [r.kind for r in model_kinds] == ["chains", "routing_rules", "guardrails", "aliases", "provider_deployments"]
+    provider_kinds = sorted(references._provider_referrers.values(), key=lambda r: r.order)
+
+    assert [r.kind for r in model_kinds] == [
+        "chains",
+        "routing_rules",
+        "guardrails",
+        "aliases",
+        "circuit_holds",
+        "alert_rules",
+        "provider_deployments",
+    ]
     assert [r.kind for r in scope_kinds] == ["chains", "routing_rules", "guardrails"]
-    assert list(references._provider_referrers) == ["chains"]
+    assert [r.kind for r in provider_kinds] == ["chains", "circuit_holds", "alert_rules"]
     assert references.reference_label("routing_rules") == "routing rules"
 
 
