@@ -377,9 +377,12 @@ class ApiKeyAdmin(ServiceAdmin):
 
     @admin.action(description="Revoke selected keys", permissions=["change"])
     def revoke(self, request: HttpRequest, queryset: Any) -> None:
-        for key in queryset:
-            api_key_revoke(actor=request.user, key=key)
-        self.message_user(request, f"Revoked {queryset.count()} key(s).")
+        revoked = 0
+        with transaction.atomic():
+            for key in queryset.filter(revoked_at=None):  # a key revoked already is not counted again
+                api_key_revoke(actor=request.user, key=key)
+                revoked += 1
+        self.message_user(request, f"Revoked {revoked} key(s).")
 
 
 @admin.register(ConsoleToken)
@@ -497,6 +500,14 @@ class UserAdmin(AuditedSaveAdmin, DjangoUserAdmin):
             else:
                 refused = "1 gateway key is" if count == 1 else f"{count} gateway keys are"
                 field.help_text = f"This user is inactive: their {refused} refused. Ticking this restores them."
+        if obj is not None and field is not None and obj.pk == request.user.pk:
+            # As the bulk action refuses it: signing yourself out (maybe the last admin) is never what was meant.
+            def clean_is_active(self: Any) -> bool:
+                if not self.cleaned_data.get("is_active"):
+                    raise forms.ValidationError("You cannot deactivate yourself; ask another admin.")
+                return True
+
+            form = type(form.__name__, (form,), {"clean_is_active": clean_is_active})
         return form
 
     @staticmethod

@@ -37,8 +37,13 @@ def api_key_list() -> QuerySet[ApiKey]:
 
 
 def providers_deploying(*, model_name: str) -> list[Provider]:
-    """Providers whose Azure deployments map `model_name`, by name."""
-    return list(Provider.objects.filter(deployments__has_key=model_name).order_by("name"))
+    """Providers whose Azure deployments map `model_name`, by name.
+
+    Read in Python, not with a JSON key lookup: SQLite's JSON path for a key holding `"` matches nothing, so a
+    model named `gpt-4o "eu"` lost its deployment on a rename and could be deleted from under it. Providers
+    with deployments are few."""
+    deploying = Provider.objects.exclude(deployments={}).order_by("name")
+    return [provider for provider in deploying if model_name in (provider.deployments or {})]
 
 
 def provider_protocols() -> dict[str, str]:

@@ -191,7 +191,8 @@ class ProviderGroup:
 
 def _circuit_view(row: CircuitRow, now: datetime, **extra: Any) -> CircuitView:
     cooldown_text = cooldown_title = ""
-    if row.state is State.OPEN and row.cooldown_until is not None:
+    if row.state is State.OPEN and row.cooldown_until is not None and extra.get("hold") is None:
+        # (Held, it lets no probe through when its cooldown ends: its hold says so, the cell reads "—".)
         cooldown_text = _until(row.cooldown_until, now)
         cooldown_title = f"Half-open at {_utc(row.cooldown_until)}"
     elif row.state is State.HALF_OPEN and extra.get("hold") is None:
@@ -344,7 +345,8 @@ def _stats_words(stats: CircuitStats | None) -> dict[str, str]:
     if stats is None or not stats.attempts:
         return {}
     share = stats.error_share or 0.0
-    percent = "0%" if share == 0 else "<1%" if share < 0.01 else f"{share * 100:.0f}%"
+    # Never "0%" while some failed, nor "100%" while some succeeded.
+    percent = "0%" if share == 0 else "<1%" if share < 0.01 else ">99%" if 0.99 < share < 1 else f"{share * 100:.0f}%"
     p50 = ""
     if stats.p50_ms is not None:
         p50 = f"p50 {stats.p50_ms:.0f} ms" if stats.p50_ms < 1000 else f"p50 {stats.p50_ms / 1000:.1f} s"
@@ -482,8 +484,12 @@ def _table_context(sort: str = DEFAULT_CIRCUIT_SORT) -> dict[str, Any]:
 
 
 def _request_sort(request: HtmxRequest) -> str:
-    """The table's sort: from the query string, or (for a POST answered with the table) from the page's URL."""
-    if "sort" in request.GET or not request.htmx or not request.htmx.current_url:
+    """The table's sort: from the query string, or (for a POST answered with the table) from the page's URL.
+
+    A GET carries its own sort in its URL, none meaning the default: a sort header's link back to the default
+    order (no `?sort=`) was read from the page it left (HX-Current-URL), and the table stayed in the old order.
+    """
+    if request.method == "GET" or "sort" in request.GET or not request.htmx or not request.htmx.current_url:
         return circuit_sort(request.GET)
     return circuit_sort(current_url_query(request))
 

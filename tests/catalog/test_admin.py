@@ -342,3 +342,18 @@ def test_admin_key_revoke_action_works_with_the_change_permission(django_user_mo
     key.refresh_from_db()
     assert key.revoked_at is not None
     assert audit_actions() == ["api_key.create", "api_key.revoke"]
+
+
+def test_revoke_selected_keys_counts_only_the_keys_it_revoked(admin_client, admin_user):
+    from django.contrib.messages import get_messages
+
+    old = make_key(user=admin_user, name="old").key
+    api_key_revoke(actor=admin_user, key=old)
+    live = make_key(user=admin_user, name="live").key
+
+    response = admin_client.post(
+        "/admin/catalog/apikey/", {"action": "revoke", "_selected_action": [old.pk, live.pk]}, follow=True
+    )
+
+    assert [str(m) for m in get_messages(response.wsgi_request)] == ["Revoked 1 key(s)."]
+    assert AuditEvent.objects.filter(action="api_key.revoke").count() == 2  # the earlier revoke and this one

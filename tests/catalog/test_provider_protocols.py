@@ -209,3 +209,31 @@ def test_migration_0008_runs_forward_on_existing_rows(transactional_db):
     stored = Provider.objects.get(name="openai")
     assert (stored.protocol, stored.api_version, stored.deployments) == ("openai", "", {})
     assert LlmModel.objects.get(name="gpt-4o").max_output_tokens == 4096
+
+
+@pytest.fixture
+def quoted_deployment():
+    """A model whose name holds a double quote, deployed on Azure (SQLite's JSON path for that key matched nothing)."""
+    azure = ProviderFactory(name="azure", protocol="azure", api_version="2024-10-21")
+    model = LlmModelFactory(name='gpt-4o "eu"', provider=azure)
+    Provider.objects.filter(pk=azure.pk).update(deployments={'gpt-4o "eu"': "gpt4o-prod"})
+    return azure, model
+
+
+def test_a_model_with_a_quote_in_its_name_carries_its_deployment_through_a_rename(admin_client, quoted_deployment):
+    azure, model = quoted_deployment
+
+    response = patch_json(admin_client, f"/api/models/{model.pk}/", {"name": "gpt-4o-eu"})
+
+    assert response.status_code == 200, response.content
+    azure.refresh_from_db()
+    assert azure.deployments == {"gpt-4o-eu": "gpt4o-prod"}
+
+
+def test_a_model_with_a_quote_in_its_name_that_a_deployment_names_cannot_be_deleted(admin_client, quoted_deployment):
+    _, model = quoted_deployment
+
+    response = admin_client.delete(f"/api/models/{model.pk}/")
+
+    assert response.status_code == 409
+    assert LlmModel.objects.filter(pk=model.pk).exists()

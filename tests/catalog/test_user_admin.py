@@ -170,3 +170,13 @@ def test_admin_user_create_is_audited_without_the_password(admin_client):
             },
         )
     ]
+
+
+def test_the_change_form_refuses_to_deactivate_yourself(admin_client, admin_user):
+    """The bulk action refused it; the change form signed the admin out (maybe the last one)."""
+    response = admin_client.post(f"/admin/auth/user/{admin_user.pk}/change/", user_form(admin_user, is_active=None))
+
+    admin_user.refresh_from_db()
+    assert admin_user.is_active is True
+    assert response.status_code == 200
+    assert "You cannot deactivate yourself; ask another admin." in response.content.decode()
