@@ -3,9 +3,11 @@ each with its own clock and Redis key namespace)."""
 
 import socket
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 import redis
+import time_machine
 
 from health.breaker import (
     BreakerEngine,
@@ -23,6 +25,15 @@ from tests.servers import delete_namespace, until
 
 P, M = "openai", "gpt-4o"
 T0 = 1_700_000_000.0
+
+
+@pytest.fixture
+def frozen_engine():
+    """A memory engine in use at T0, with the wall clock (time_machine) and the engine's clock stopped there."""
+    with time_machine.travel(datetime.fromtimestamp(T0, UTC), tick=False):
+        engine = MemoryEngine(clock=ManualClock(T0))
+        with use_engine(engine):
+            yield engine
 
 
 def trip(engine: BreakerEngine, provider: str = P, model: str = M) -> None:

@@ -3,13 +3,11 @@ header's help, and the threshold editor's tuning guidance with its "Save anyway"
 
 import html
 import re
-from datetime import UTC, datetime
 
 import pytest
-import time_machine
 
 from audit.models import AuditEvent
-from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
+from health.breaker import Outcome
 from health.forms import tuning_warnings
 from health.models import BreakerConfig, BreakerOverride
 from health.selectors import breaker_config_get, breaker_config_snapshot, circuit_anchor
@@ -21,14 +19,6 @@ HX = {"HX-Request": "true"}
 INDEX_URL = "/fallback/health/"
 CONFIGURE_URL = "/fallback/health/configure/"
 OVERRIDE_URL = "/fallback/health/configure/override/"
-
-
-@pytest.fixture
-def frozen_engine():
-    with time_machine.travel(datetime.fromtimestamp(T0, UTC), tick=False):
-        engine = MemoryEngine(clock=ManualClock(T0))
-        with use_engine(engine):
-            yield engine
 
 
 def record(engine, provider: str, model: str, failures: int, successes: int) -> None:

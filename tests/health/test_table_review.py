@@ -7,26 +7,10 @@ from datetime import UTC, datetime
 import pytest
 import time_machine
 
-from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
+from health.breaker import ManualClock, MemoryEngine, use_engine
+from tests.health.test_fidelity import HX, INDEX_URL, T0, record
 
 pytestmark = pytest.mark.django_db
-
-T0 = 1_700_000_000.0
-HX = {"HX-Request": "true"}
-INDEX_URL = "/fallback/health/"
-
-
-@pytest.fixture
-def frozen_engine():
-    with time_machine.travel(datetime.fromtimestamp(T0, UTC), tick=False):
-        engine = MemoryEngine(clock=ManualClock(T0))
-        with use_engine(engine):
-            yield engine
-
-
-def record(engine, provider, model, failures, successes):
-    for outcome in [Outcome.of_status(200)] * successes + [Outcome.of_status(503)] * failures:
-        engine.record(engine.allow(provider, model), outcome)
 
 
 def model_order(response):
