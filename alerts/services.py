@@ -381,7 +381,7 @@ def alert_rules_renamed(*, actor: Actor, field: str, old: str, new: str) -> None
         raise ValueError(field)
     for rule in AlertRule.objects.select_for_update().filter(**{field: old}).order_by("pk"):
         setattr(rule, field, new)
-        rule.save(update_fields=[field])
+        rule.save(update_fields=[field, "updated_at"])
         audit_record(
             actor=actor,
             action="alert_rule.update",

@@ -13,6 +13,7 @@ replaces it, so a second ready() does not double it.
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from catalog.models import LlmModel, Provider
@@ -104,6 +105,28 @@ def register_provider_rename(*, kind: str, rename: Rename) -> None:
 def register_model_rename(*, kind: str, rename: Rename) -> None:
     """As register_provider_rename, for a model's name."""
     _model_renames[kind] = rename
+
+
+class FieldRename(Protocol):
+    def __call__(self, *, actor: Actor, field: str, old: str, new: str) -> None: ...
+
+
+class NameUse(Protocol):
+    def __call__(self, *, field: str, name: str) -> list[str]: ...
+
+
+def register_name_user(*, kind: str, label: str, order: int, rename: FieldRename, find: NameUse) -> None:
+    """For rows that name providers and models as text: a rename of either carries them over
+    (`rename(field="provider" | "model", ...)`), and a delete is refused while `find(field=..., name=...)` names
+    any of them."""
+    register_provider_rename(kind=kind, rename=partial(rename, field="provider"))
+    register_model_rename(kind=kind, rename=partial(rename, field="model"))
+    register_provider_referrer(
+        kind=kind, label=label, order=order, find=lambda *, provider: find(field="provider", name=provider.name)
+    )
+    register_model_referrer(
+        kind=kind, label=label, order=order, find=lambda *, model: find(field="model", name=model.name)
+    )
 
 
 def provider_renamed(*, actor: Actor, old: str, new: str) -> None:

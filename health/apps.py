@@ -13,22 +13,13 @@ class HealthConfig(AppConfig):
 
         # Holds and breaker overrides name their circuits as text: a rename carries them over, and a delete is
         # refused while they name the provider or model (as catalog refuses it while a chain does).
-        from functools import partial
-
         from catalog import references
         from health.services import circuit_names_referencing, circuit_names_renamed
 
-        references.register_provider_rename(kind="breaker", rename=partial(circuit_names_renamed, field="provider"))
-        references.register_model_rename(kind="breaker", rename=partial(circuit_names_renamed, field="model"))
-        references.register_provider_referrer(
+        references.register_name_user(
             kind="circuit_holds",
             label="Provider Health holds and overrides",
             order=42,
-            find=lambda *, provider: circuit_names_referencing(field="provider", name=provider.name),
-        )
-        references.register_model_referrer(
-            kind="circuit_holds",
-            label="Provider Health holds and overrides",
-            order=42,
-            find=lambda *, model: circuit_names_referencing(field="model", name=model.name),
+            rename=circuit_names_renamed,
+            find=circuit_names_referencing,
         )

@@ -31,7 +31,8 @@ class BreakerConfig(models.Model):
 class BreakerOverride(models.Model):
     """Per-(provider, model) thresholds; a null field inherits the global row's value."""
 
-    # Names, not foreign keys: circuits are keyed by names, and an override must not block catalog edits.
+    # Names, not foreign keys: circuits are keyed by names (a tracked circuit may name no catalog row). A catalog
+    # rename carries overrides over, and a delete is refused while one names the row (health.apps).
     provider = models.CharField(max_length=64)
     model = models.CharField(max_length=128)
     failure_threshold = models.PositiveIntegerField(null=True, blank=True)

@@ -471,19 +471,25 @@ def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> No
     circuit tracked under that name) refuses the rename (ConflictError), which rolls it back."""
     if field not in ("provider", "model"):
         raise ValueError(field)
-    kinds: tuple[tuple[type[BreakerOverride] | type[CircuitControl], str, str], ...] = (
-        (BreakerOverride, "breaker_override", "breaker override"),
-        (CircuitControl, "circuit_control", "hold"),
+    now = timezone.now()
+    kinds: tuple[tuple[type[BreakerOverride] | type[CircuitControl], str, str, str], ...] = (
+        (BreakerOverride, "breaker_override", "breaker override", "delete one of them"),
+        (CircuitControl, "circuit_control", "hold", "release one of them"),
     )
-    for model_class, object_type, noun in kinds:
+    for model_class, object_type, noun, way_out in kinds:
         for row in model_class.objects.select_for_update().filter(**{field: old}).order_by("pk"):
             before = {"provider": row.provider, "model": row.model}
             after = {**before, field: new}
             target = _target(after["provider"], after["model"])
-            if model_class.objects.filter(**after).exists():
+            there = model_class.objects.select_for_update().filter(**after).first()
+            if isinstance(there, CircuitControl) and there.expires_at is not None and there.expires_at <= now:
+                # Past its expiry it holds nothing: released as the expiry job would release it (as `_hold` does).
+                _release(actor=None, row=there, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=there.expires_at)
+                there = None
+            if there is not None:
                 message = (
                     f"{target} already has a {noun} of its own, so the {noun} of {_target(**before)} cannot move "
-                    "to it: delete or release one of them first."
+                    f"to it: {way_out} first."
                 )
                 raise ConflictError(message, errors={"name": [message]})
             setattr(row, field, new)
@@ -497,11 +503,37 @@ def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> No
                 before=before,
                 after=after,
             )
+            if isinstance(row, CircuitControl):
+                _hold_renamed_in_history(row, actor=actor, old=before, now=now)
+
+
+def _hold_renamed_in_history(row: CircuitControl, *, actor: Actor, old: dict[str, str], now: datetime) -> None:
+    """The circuit history keys holds by name: without these two events the old name stayed held for ever (its
+    release never comes) and the new name's hold had no start."""
+    who = _actor_name(actor)
+    new = _target(row.provider, row.model)
+    _event_record(CircuitEvent(**old, kind=CircuitEvent.Kind.RELEASED, at=now, actor=who, reason=f"renamed to {new}"))
+    _event_record(
+        CircuitEvent(
+            provider=row.provider,
+            model=row.model,
+            kind=row.kind,
+            at=now,
+            actor=who,
+            reason=row.reason,
+            until=row.expires_at,
+        )
+    )
 
 
 def circuit_names_referencing(*, field: str, name: str) -> list[str]:
-    """The holds and breaker overrides that name a provider or a model (`field`), for a refused delete."""
-    holds = CircuitControl.objects.filter(**{field: name}).order_by("provider", "model")
+    """The holds in force and the breaker overrides that name a provider or a model (`field`), for a refused
+    delete (a hold past its expiry holds nothing, whether or not the expiry job has run)."""
+    holds = (
+        CircuitControl.objects.filter(**{field: name})
+        .exclude(expires_at__lte=timezone.now())
+        .order_by("provider", "model")
+    )
     overrides = BreakerOverride.objects.filter(**{field: name}).order_by("provider", "model")
     return [f"{_target(r.provider, r.model)} ({r.get_kind_display().lower()})" for r in holds] + [
         f"{_target(r.provider, r.model)} (breaker override)" for r in overrides

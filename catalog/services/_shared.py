@@ -55,7 +55,8 @@ def refuse_if_referenced(what: str, refs: dict[str, list[str]]) -> None:
     if not refs:
         return
     parts = [f"{reference_label(kind)} {', '.join(f'“{n}”' for n in names)}" for kind, names in refs.items()]
-    raise ConflictError(f"{what} is still used by {'; '.join(parts)}. Change or delete those first.", errors=refs)
+    message = f"{what} is still used by {'; '.join(parts)}. Change, delete or release those first."
+    raise ConflictError(message, errors=refs)
 
 
 def save_named[M: models.Model](obj: M, *, label: str) -> M:

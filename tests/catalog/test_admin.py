@@ -55,7 +55,7 @@ def test_admin_refuses_deleting_a_team_a_chain_is_scoped_to(admin_client):
 
     assert response.redirect_chain == [(f"/admin/catalog/team/{team.pk}/change/", 302)]
     assert page_messages(response) == [
-        "Team “payments” is still used by chains “Payments backup”. Change or delete those first."
+        "Team “payments” is still used by chains “Payments backup”. Change, delete or release those first."
     ]
     assert Team.objects.filter(pk=team.pk).exists()
     assert audit_actions() == []
@@ -68,7 +68,8 @@ def test_admin_refuses_deleting_an_application_a_routing_rule_is_scoped_to(admin
     response = admin_client.post(f"/admin/catalog/application/{application.pk}/delete/", {"post": "yes"}, follow=True)
 
     assert page_messages(response) == [
-        "Application “checkout” is still used by routing rules “Cheaper checkout”. Change or delete those first."
+        "Application “checkout” is still used by routing rules “Cheaper checkout”. "
+        "Change, delete or release those first."
     ]
     assert Application.objects.filter(pk=application.pk).exists()
 
@@ -82,7 +83,7 @@ def test_admin_refuses_deleting_an_agent_a_guardrail_is_scoped_to(admin_client):
     response = admin_client.post(f"/admin/catalog/agent/{agent.pk}/delete/", {"post": "yes"}, follow=True)
 
     assert page_messages(response) == [
-        "Agent “triage-bot” is still used by guardrails “No gpt-4o”. Change or delete those first."
+        "Agent “triage-bot” is still used by guardrails “No gpt-4o”. Change, delete or release those first."
     ]
     assert Agent.objects.filter(pk=agent.pk).exists()
 
@@ -101,7 +102,7 @@ def test_admin_bulk_delete_with_one_referenced_team_deletes_none(admin_client):
     )
 
     assert page_messages(response) == [
-        "Team “payments” is still used by chains “Payments backup”. Change or delete those first."
+        "Team “payments” is still used by chains “Payments backup”. Change, delete or release those first."
     ]
     assert sorted(Team.objects.values_list("name", flat=True)) == ["alpha", "payments"]
     assert (audit_actions(), LogEntry.objects.count()) == ([], 0)
@@ -230,7 +231,7 @@ def test_admin_refuses_deleting_a_user_a_chain_is_scoped_to(admin_client):
     response = admin_client.post(f"/admin/auth/user/{user.pk}/delete/", {"post": "yes"}, follow=True)
 
     assert page_messages(response) == [
-        "User “bob” is still used by chains “Bob's backup”. Change or delete those first."
+        "User “bob” is still used by chains “Bob's backup”. Change, delete or release those first."
     ]
     assert get_user_model().objects.filter(pk=user.pk).exists()
 

@@ -261,7 +261,7 @@ def test_provider_delete_referenced_by_chain_and_models_is_409(admin_client):
     assert response.status_code == 409
     assert response.json() == {
         "detail": "Provider “openai” is still used by chains “Backup”; models “gpt-4o”, “gpt-4o-mini”. "
-        "Change or delete those first.",
+        "Change, delete or release those first.",
         "errors": {"chains": ["Backup"], "models": ["gpt-4o", "gpt-4o-mini"]},
     }
     assert Provider.objects.filter(pk=provider.pk).exists()
@@ -403,7 +403,8 @@ def test_model_delete_referenced_by_chains_is_409_naming_them(admin_client):
 
     assert response.status_code == 409
     assert response.json() == {
-        "detail": "Model “gpt-4o” is still used by chains “As entry”, “As source”. Change or delete those first.",
+        "detail": "Model “gpt-4o” is still used by chains “As entry”, “As source”. "
+        "Change, delete or release those first.",
         "errors": {"chains": ["As entry", "As source"]},
     }
     assert LlmModel.objects.filter(pk=model.pk).exists()
@@ -428,7 +429,7 @@ def test_model_delete_referenced_by_a_guardrail_is_409_naming_it(admin_client):
 
     assert response.status_code == 409
     assert response.json() == {
-        "detail": "Model “gpt-4o” is still used by guardrails “No gpt-4o”. Change or delete those first.",
+        "detail": "Model “gpt-4o” is still used by guardrails “No gpt-4o”. Change, delete or release those first.",
         "errors": {"guardrails": ["No gpt-4o"]},
     }
 
@@ -491,7 +492,7 @@ def test_team_delete_refused_while_a_chain_or_rule_is_scoped_to_it(admin_client)
     assert response.status_code == 409
     assert response.json() == {
         "detail": "Team “Payments” is still used by chains “Team chain”; routing rules “Team rule”. "
-        "Change or delete those first.",
+        "Change, delete or release those first.",
         "errors": {"chains": ["Team chain"], "routing_rules": ["Team rule"]},
     }
     assert Team.objects.filter(pk=team.pk).exists()

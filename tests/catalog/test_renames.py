@@ -2,12 +2,14 @@
 keep it from being deleted."""
 
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from alerts.models import AlertRule
 from audit.models import AuditEvent
-from health.models import BreakerOverride, CircuitControl
+from health.models import BreakerOverride, CircuitControl, CircuitEvent
 from health.selectors import breaker_config_snapshot
 from health.services import breaker_override_set, circuit_force_open, provider_drain
 from tests.alerts.conftest import make_rule
@@ -80,3 +82,39 @@ def test_a_provider_or_model_a_hold_override_or_alert_rule_names_cannot_be_delet
     assert overridden.json()["errors"]["circuit_holds"] == ["openai/gemini-pro (breaker override)"]
     assert ruled.json()["errors"]["alert_rules"] == ["mini"]
     assert BreakerOverride.objects.count() == 1 and AlertRule.objects.count() == 1
+
+
+def test_a_renamed_hold_ends_under_the_old_name_and_starts_under_the_new_in_the_history(
+    admin_client, admin_user, catalog
+):
+    """The history keys holds by name: the old name stayed drained for ever (its release never came), and the new
+    name's later release ended a hold that never started."""
+    provider_drain(actor=admin_user, provider="openai", reason="migrating", minutes=None)
+
+    patch_json(admin_client, f"/api/providers/{catalog['openai'].pk}/", {"name": "openai-eu"})
+
+    kinds = list(CircuitEvent.objects.order_by("id").values_list("provider", "kind", "reason"))
+    assert kinds == [
+        ("openai", "drained", "migrating"),
+        ("openai", "released", "renamed to openai-eu"),
+        ("openai-eu", "drained", "migrating"),
+    ]
+
+
+def test_a_hold_past_its_expiry_neither_refuses_a_rename_onto_its_name_nor_a_delete(admin_client, admin_user, catalog):
+    provider_drain(actor=admin_user, provider="openai", reason="migrating", minutes=None)
+    expired = timezone.now() - timedelta(minutes=1)
+    CircuitControl.objects.create(
+        provider="openai-eu", model="", kind="drained", reason="old", created_by="a", expires_at=expired
+    )
+    CircuitControl.objects.create(
+        provider="anthropic", model="claude-sonnet", kind="forced_open", reason="x", created_by="a", expires_at=expired
+    )
+
+    renamed = patch_json(admin_client, f"/api/providers/{catalog['openai'].pk}/", {"name": "openai-eu"})
+    deleted = admin_client.delete(f"/api/models/{catalog['claude-sonnet'].pk}/")
+
+    assert renamed.status_code == 200, renamed.content
+    assert deleted.status_code == 204, deleted.content
+    drain = CircuitControl.objects.get(provider="openai-eu")
+    assert (drain.reason, drain.expires_at) == ("migrating", None)
