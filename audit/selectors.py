@@ -54,7 +54,8 @@ def audit_verify_chain(*, anchor: str = "") -> ChainCheck:
     prev = GENESIS_HASH
     count = 0
     head_id = None
-    anchored = not anchor
+    # The genesis hash is the head of an empty log (what `verify_audit --show-head` prints before any event).
+    anchored = not anchor or anchor == GENESIS_HASH
     for event in AuditEvent.objects.order_by("id").iterator(chunk_size=2000):
         count += 1
         if event.prev_hash != prev:

@@ -6,6 +6,7 @@ after a cache miss (HX-History-Restore-Request) needs the whole page, HX-Request
 
 from urllib.parse import urlsplit
 
+from django.core.exceptions import TooManyFieldsSent
 from django.http import HttpRequest, QueryDict
 from django_htmx.middleware import HtmxDetails
 
@@ -33,7 +34,7 @@ def current_url_query(request: HtmxRequest) -> QueryDict:
     is not a URL: the header is the client's, and a bad one must not fail a change already made."""
     try:
         return QueryDict(urlsplit(request.htmx.current_url or "").query)
-    except ValueError:
+    except (ValueError, TooManyFieldsSent):  # more parameters than DATA_UPLOAD_MAX_NUMBER_FIELDS
         return QueryDict()
 
 

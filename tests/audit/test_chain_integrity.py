@@ -236,3 +236,18 @@ def test_postgres_trigger_refuses_truncate():
 
     assert "append-only" in str(exc.value)
     assert AuditEvent.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_head_recorded_on_an_empty_log_anchors_later_checks():
+    """`verify_audit --show-head` on an empty log prints the genesis hash; passed back as --anchor, it failed every
+    later check of an intact log ("events were removed from its end")."""
+    from audit.selectors import GENESIS_HASH, audit_verify_chain
+
+    empty = audit_verify_chain()
+    assert empty.intact and empty.head_hash == GENESIS_HASH
+    for i in range(2):
+        with transaction.atomic():
+            audit_record(actor=None, action="x.update", object_type="x", object_id=i, after={"a": i})
+
+    assert audit_verify_chain(anchor=empty.head_hash).intact

@@ -64,3 +64,16 @@ def test_500_page_renders_without_the_database_and_shows_no_traceback():
     assert "Server Error" in body
     for leak in ("Traceback", "RuntimeError", "hunter2", "internal detail", "explode"):
         assert leak not in body
+
+
+def test_the_page_query_of_a_header_with_too_many_fields_is_empty(settings):
+    """A bad HX-Current-URL must not fail a change already made: one with more parameters than
+    DATA_UPLOAD_MAX_NUMBER_FIELDS raised TooManyFieldsSent (a 400 after a committed circuit reset)."""
+    from types import SimpleNamespace
+
+    from core.htmx import current_url_query
+
+    many = "&".join(f"k{i}=v" for i in range(settings.DATA_UPLOAD_MAX_NUMBER_FIELDS + 1))
+    request = SimpleNamespace(htmx=SimpleNamespace(current_url=f"http://testserver/fallback/health/?{many}"))
+
+    assert current_url_query(request) == {}
