@@ -4,6 +4,7 @@ Opening or resolving an alert creates its webhook delivery in the same transacti
 sends it (alerts.delivery, alerts.tasks).
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -374,23 +375,29 @@ def _resolve_all(rule: AlertRule, *, resolution: str) -> None:
         alert_resolve(alert=alert, rule=rule, resolution=resolution, now=now)
 
 
-def alert_rules_renamed(*, actor: Actor, field: str, old: str, new: str) -> None:
+def alert_rules_renamed(*, actor: Actor, field: str, old: str, new: str) -> Callable[[], None]:
     """Carry the rules that name a provider or a model (`field`) over to its new name: catalog calls this in the
-    rename's transaction. Left behind, such a rule matched nothing and could not be saved as it was."""
+    rename's transaction. Left behind, such a rule matched nothing and could not be saved as it was. Locks the
+    rules; the function returned moves and audits them (`catalog.references`)."""
     if field not in ("provider", "model"):
         raise ValueError(field)
-    for rule in AlertRule.objects.select_for_update().filter(**{field: old}).order_by("pk"):
-        setattr(rule, field, new)
-        rule.save(update_fields=[field, "updated_at"])
-        audit_record(
-            actor=actor,
-            action="alert_rule.update",
-            object_type="alert_rule",
-            object_id=rule.pk,
-            object_repr=rule.name,
-            before={field: old},
-            after={field: new},
-        )
+    rules = list(AlertRule.objects.select_for_update().filter(**{field: old}).order_by("pk"))
+
+    def move() -> None:
+        for rule in rules:
+            setattr(rule, field, new)
+            rule.save(update_fields=[field, "updated_at"])
+            audit_record(
+                actor=actor,
+                action="alert_rule.update",
+                object_type="alert_rule",
+                object_id=rule.pk,
+                object_repr=rule.name,
+                before={field: old},
+                after={field: new},
+            )
+
+    return move
 
 
 def alert_rules_referencing(*, field: str, name: str) -> list[str]:

@@ -41,7 +41,7 @@ class ProviderMove(Protocol):
 
 
 class Rename(Protocol):
-    def __call__(self, *, actor: Actor, old: str, new: str) -> None: ...
+    def __call__(self, *, actor: Actor, old: str, new: str) -> Callable[[], None]: ...
 
 
 @dataclass(frozen=True)
@@ -98,7 +98,10 @@ def register_provider_move_check(*, kind: str, check: ProviderMove) -> None:
 
 def register_provider_rename(*, kind: str, rename: Rename) -> None:
     """`rename(actor=..., old=..., new=...)` carries the rows of `kind` that name a provider as text over to its
-    new name, inside the rename's transaction (it may refuse with a ConflictError, which rolls the rename back)."""
+    new name, inside the rename's transaction, in two steps: the call locks the rows and checks them (it may
+    refuse with a ConflictError, which rolls the rename back), and the function it returns moves and audits them.
+    Every app's rows are locked before any of them writes an audit event, which takes the audit log's lock: the
+    order every service keeps (rows, then the audit log), so a rename cannot deadlock with another write."""
     _provider_renames[kind] = rename
 
 
@@ -108,7 +111,7 @@ def register_model_rename(*, kind: str, rename: Rename) -> None:
 
 
 class FieldRename(Protocol):
-    def __call__(self, *, actor: Actor, field: str, old: str, new: str) -> None: ...
+    def __call__(self, *, actor: Actor, field: str, old: str, new: str) -> Callable[[], None]: ...
 
 
 class NameUse(Protocol):
@@ -130,13 +133,17 @@ def register_name_user(*, kind: str, label: str, order: int, rename: FieldRename
 
 
 def provider_renamed(*, actor: Actor, old: str, new: str) -> None:
-    for kind in sorted(_provider_renames):
-        _provider_renames[kind](actor=actor, old=old, new=new)
+    """Carry every registered app's rows over to a provider's new name: all locked first, then all moved."""
+    moves = [_provider_renames[kind](actor=actor, old=old, new=new) for kind in sorted(_provider_renames)]
+    for move in moves:
+        move()
 
 
 def model_renamed(*, actor: Actor, old: str, new: str) -> None:
-    for kind in sorted(_model_renames):
-        _model_renames[kind](actor=actor, old=old, new=new)
+    """As provider_renamed, for a model's new name."""
+    moves = [_model_renames[kind](actor=actor, old=old, new=new) for kind in sorted(_model_renames)]
+    for move in moves:
+        move()
 
 
 def _found[F](referrers: dict[str, _Referrer[F]], ask: Callable[[F], list[str]]) -> dict[str, list[str]]:

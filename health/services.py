@@ -4,7 +4,7 @@ One transaction each, audited inside it; resets and holds also write their Circu
 """
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -463,12 +463,15 @@ def _hold_model(errors: FieldErrors, value: Any, provider: Provider | None) -> s
     return name
 
 
-def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> None:
+def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> Callable[[], None]:
     """Carry the holds and breaker overrides saved under a provider's or a model's old name (`field`) over to its
     new name: catalog calls this in the rename's transaction. They name circuits as text, so left behind a drain
     or a forced-open hold was lifted and an override dropped, silently, and came back if a new row took the old
     name. One audit event per row moved. A row the new name already has (a hold or override saved for a
-    circuit tracked under that name) refuses the rename (ConflictError), which rolls it back."""
+    circuit tracked under that name) refuses the rename (ConflictError), which rolls it back.
+
+    Locks the rows and checks them; the function returned moves and audits them (`catalog.references`).
+    """
     if field not in ("provider", "model"):
         raise ValueError(field)
     now = timezone.now()
@@ -476,24 +479,31 @@ def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> No
         (BreakerOverride, "breaker_override", "breaker override", "delete one of them"),
         (CircuitControl, "circuit_control", "hold", "release one of them"),
     )
+    moves = []
     for model_class, object_type, noun, way_out in kinds:
         for row in model_class.objects.select_for_update().filter(**{field: old}).order_by("pk"):
             before = {"provider": row.provider, "model": row.model}
             after = {**before, field: new}
-            target = _target(after["provider"], after["model"])
             there = model_class.objects.select_for_update().filter(**after).first()
             if isinstance(there, CircuitControl) and there.expires_at is not None and there.expires_at <= now:
-                # Past its expiry it holds nothing: released as the expiry job would release it (as `_hold` does).
-                _release(actor=None, row=there, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=there.expires_at)
-                there = None
-            if there is not None:
+                expired: CircuitControl | None = there  # holds nothing: released below, as `_hold` releases it
+            elif there is not None:
                 message = (
-                    f"{target} already has a {noun} of its own, so the {noun} of {_target(**before)} cannot move "
-                    f"to it: {way_out} first."
+                    f"{_target(**after)} already has a {noun} of its own, so the {noun} of {_target(**before)} "
+                    f"cannot move to it: {way_out} first."
                 )
                 raise ConflictError(message, errors={"name": [message]})
+            else:
+                expired = None
+            moves.append((row, object_type, noun, before, after, expired))
+
+    def move() -> None:
+        for row, object_type, noun, before, after, expired in moves:
+            if expired is not None:
+                _release(actor=None, row=expired, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=expired.expires_at or now)
             setattr(row, field, new)
             row.save()
+            target = _target(after["provider"], after["model"])
             audit_record(
                 actor=actor,
                 action=f"{object_type}.rename",
@@ -505,6 +515,8 @@ def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> No
             )
             if isinstance(row, CircuitControl):
                 _hold_renamed_in_history(row, actor=actor, old=before, now=now)
+
+    return move
 
 
 def _hold_renamed_in_history(row: CircuitControl, *, actor: Actor, old: dict[str, str], now: datetime) -> None:

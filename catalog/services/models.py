@@ -1,5 +1,6 @@
 """Writes of LLM models: what clients ask the gateway for, each with a default provider and prices."""
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
@@ -123,29 +124,45 @@ def llm_model_update(*, actor: Actor, model: LlmModel, data: LlmModelInput) -> L
     for name, value in fields.items():
         setattr(model, name, value)
     save_named(model, label="Model")
-    audit_update(actor=actor, object_type="model", obj=model, before=before, after=_llm_model_snapshot(model))
     if model.name != old_name:
-        _deployments_rename(actor=actor, old=old_name, new=model.name)
+        # Every row locked before the first audit event, which takes the audit log's lock (the order every service
+        # keeps, so a rename cannot deadlock with another write).
+        move_deployments = _deployments_rename(actor=actor, old=old_name, new=model.name)
         model_renamed(actor=actor, old=old_name, new=model.name)
+        move_deployments()
+    audit_update(actor=actor, object_type="model", obj=model, before=before, after=_llm_model_snapshot(model))
     transaction.on_commit(config_publish)
     return model
 
 
-def _deployments_rename(*, actor: Actor, old: str, new: str) -> None:
-    """Carry a renamed model's Azure deployment over to its new name, so routing does not silently change."""
-    for provider in providers_deploying(model_name=old):
-        deployments = dict(provider.deployments)
-        deployments[new] = deployments.pop(old)
-        before = {"deployments": dict(provider.deployments)}
-        provider.deployments = dict(sorted(deployments.items()))
-        provider.save(update_fields=["deployments", "updated_at"])
-        audit_update(
-            actor=actor,
-            object_type="provider",
-            obj=provider,
-            before=before,
-            after={"deployments": provider.deployments},
-        )
+def _deployments_rename(*, actor: Actor, old: str, new: str) -> Callable[[], None]:
+    """Carry a renamed model's Azure deployment over to its new name, so routing does not silently change.
+
+    Locks the providers (read again under the lock: a provider PATCH in flight would otherwise overwrite the
+    change, or be overwritten); the function returned moves and audits (as `catalog.references`' renames)."""
+    deploying = [provider.pk for provider in providers_deploying(model_name=old)]
+    providers = [
+        provider
+        for provider in Provider.objects.select_for_update().filter(pk__in=deploying).order_by("name")
+        if old in (provider.deployments or {})
+    ]
+
+    def move() -> None:
+        for provider in providers:
+            deployments = dict(provider.deployments)
+            deployments[new] = deployments.pop(old)
+            before = {"deployments": dict(provider.deployments)}
+            provider.deployments = dict(sorted(deployments.items()))
+            provider.save(update_fields=["deployments", "updated_at"])
+            audit_update(
+                actor=actor,
+                object_type="provider",
+                obj=provider,
+                before=before,
+                after={"deployments": provider.deployments},
+            )
+
+    return move
 
 
 @transaction.atomic

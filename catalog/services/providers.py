@@ -187,12 +187,13 @@ def provider_update(*, actor: Actor, provider: Provider, data: ProviderInput, ap
     if api_key is not None:
         provider.api_key = api_key.strip()
     save_named(provider, label="Provider")
+    if provider.name != old_name:
+        # Before the first audit event: the rows are locked before the audit log's lock, as every service does.
+        provider_renamed(actor=actor, old=old_name, new=provider.name)
     after = _provider_snapshot(provider)
     if key_replaced:
         before["api_key"], after["api_key"] = "(previous key)", "(replaced)"
     audit_update(actor=actor, object_type="provider", obj=provider, before=before, after=after)
-    if provider.name != old_name:
-        provider_renamed(actor=actor, old=old_name, new=provider.name)
     transaction.on_commit(config_publish)
     return provider
 
