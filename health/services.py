@@ -479,11 +479,18 @@ def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> Ca
         (BreakerOverride, "breaker_override", "breaker override", "delete one of them"),
         (CircuitControl, "circuit_control", "hold", "release one of them"),
     )
-    moves = []
+    # (row, its audit type, its noun, where it was, where it goes or None to release it, an expired hold to release)
+    moves: list[
+        tuple[BreakerOverride | CircuitControl, str, str, dict[str, str], dict[str, str] | None, CircuitControl | None]
+    ] = []
     for model_class, object_type, noun, way_out in kinds:
         for row in model_class.objects.select_for_update().filter(**{field: old}).order_by("pk"):
             before = {"provider": row.provider, "model": row.model}
             after = {**before, field: new}
+            if isinstance(row, CircuitControl) and row.expires_at is not None and row.expires_at <= now:
+                # Past its expiry it holds nothing: released under its old name, as the expiry job would, not moved.
+                moves.append((row, object_type, noun, before, None, row))
+                continue
             there = model_class.objects.select_for_update().filter(**after).first()
             if isinstance(there, CircuitControl) and there.expires_at is not None and there.expires_at <= now:
                 expired: CircuitControl | None = there  # holds nothing: released below, as `_hold` releases it
@@ -501,6 +508,8 @@ def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> Ca
         for row, object_type, noun, before, after, expired in moves:
             if expired is not None:
                 _release(actor=None, row=expired, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=expired.expires_at or now)
+            if after is None:
+                continue  # the row itself was the expired hold: released, not moved
             setattr(row, field, new)
             row.save()
             target = _target(after["provider"], after["model"])
@@ -730,7 +739,13 @@ def circuit_controls_expire(*, now: datetime | None = None) -> int:
     Returns how many were removed (a concurrent run removes each once).
     """
     now = now or timezone.now()
-    expired = list(CircuitControl.objects.filter(expires_at__lte=now).order_by("expires_at", "id"))
+    # Every hold locked before the first release's audit event takes the audit log's lock (the order every write
+    # keeps); one another write holds (a rename moving it) is skipped, and left to the next run.
+    expired = list(
+        CircuitControl.objects.select_for_update(skip_locked=True)
+        .filter(expires_at__lte=now)
+        .order_by("expires_at", "id")
+    )
     released = 0
     for row in expired:
         at = row.expires_at or now

@@ -118,3 +118,20 @@ def test_a_hold_past_its_expiry_neither_refuses_a_rename_onto_its_name_nor_a_del
     assert deleted.status_code == 204, deleted.content
     drain = CircuitControl.objects.get(provider="openai-eu")
     assert (drain.reason, drain.expires_at) == ("migrating", None)
+
+
+def test_a_hold_past_its_expiry_is_released_under_its_old_name_not_moved(admin_client, catalog):
+    """Moved, it got a hold event under the new name at the rename's time, after the release its expiry had
+    already set: the new name read held for ever in the history."""
+    expired = timezone.now() - timedelta(minutes=5)
+    CircuitControl.objects.create(
+        provider="openai", model="", kind="drained", reason="old", created_by="a", expires_at=expired
+    )
+
+    response = patch_json(admin_client, f"/api/providers/{catalog['openai'].pk}/", {"name": "openai-eu"})
+
+    assert response.status_code == 200, response.content
+    assert not CircuitControl.objects.exists()
+    assert not CircuitEvent.objects.filter(provider="openai-eu").exists()
+    released = CircuitEvent.objects.get(provider="openai")
+    assert (released.kind, released.at, released.actor) == ("released", expired, "expiry")

@@ -453,3 +453,40 @@ def test_the_expiry_job_tells_the_other_process(worker_env, catalog, admin_user)
 
     assert removed == 1
     assert CircuitEvent.objects.filter(kind="released", actor="expiry").count() == 1
+
+
+def test_the_expiry_job_locks_every_hold_it_releases_before_its_first_audit_event(catalog):
+    """Each hold after the first was locked (by its DELETE) after an audit event had taken the audit log's lock:
+    on PostgreSQL that deadlocked with a rename that had locked one of them and then audited. The calls' order
+    is what a deadlock needs, and what SQLite, which has no row locks, can show."""
+    from unittest import mock
+
+    from django.db.models import QuerySet
+
+    import health.services as health_services
+    from health.services import circuit_controls_expire
+
+    past = timezone.now() - timedelta(minutes=5)
+    for provider in ("anthropic", "openai"):
+        CircuitControl.objects.create(
+            provider=provider, model="", kind="drained", reason="r", created_by="a", expires_at=past
+        )
+    steps: list[str] = []
+    lock, audit = QuerySet.select_for_update, health_services.audit_record
+
+    def locking(self, *args, **kwargs):
+        if self.model is CircuitControl:
+            steps.append("lock")
+        return lock(self, *args, **kwargs)
+
+    def auditing(**kwargs):
+        steps.append("audit")
+        return audit(**kwargs)
+
+    with (
+        mock.patch.object(QuerySet, "select_for_update", locking),
+        mock.patch.object(health_services, "audit_record", auditing),
+    ):
+        assert circuit_controls_expire() == 2
+
+    assert steps == ["lock", "audit", "audit"]
