@@ -91,10 +91,11 @@ def auth_attempt_reserve(*, scope: str, idents: list[Ident], address: str) -> Re
         ):
             if max(recent) <= now.timestamp() - UNSETTLED_SECONDS:
                 _lock_out_unsettled(throttle, recent=recent, now=now, address=address)
+                recent = []  # settled: locked out, or over
         if throttle.locked_until is not None and throttle.locked_until > now:
             # Attempts during a lockout are refused unchecked and do not extend it.
             reservation.locked_until = max(reservation.locked_until or throttle.locked_until, throttle.locked_until)
-        elif len([t for t in throttle.failures if t > oldest]) >= settings.AUTH_FAILURE_LIMIT:
+        elif len(recent) >= settings.AUTH_FAILURE_LIMIT:
             # The limit is reached by attempts still being checked: refused until they settle (at most the time
             # one password check takes; the last of them to fail locks the row).
             reservation.locked_until = max(reservation.locked_until or now, now + _cooloff())

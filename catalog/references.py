@@ -134,14 +134,16 @@ def register_name_user(*, kind: str, label: str, order: int, rename: FieldRename
 
 def provider_renamed(*, actor: Actor, old: str, new: str) -> None:
     """Carry every registered app's rows over to a provider's new name: all locked first, then all moved."""
-    moves = [_provider_renames[kind](actor=actor, old=old, new=new) for kind in sorted(_provider_renames)]
-    for move in moves:
-        move()
+    _renamed(_provider_renames, actor=actor, old=old, new=new)
 
 
 def model_renamed(*, actor: Actor, old: str, new: str) -> None:
     """As provider_renamed, for a model's new name."""
-    moves = [_model_renames[kind](actor=actor, old=old, new=new) for kind in sorted(_model_renames)]
+    _renamed(_model_renames, actor=actor, old=old, new=new)
+
+
+def _renamed(renames: dict[str, Rename], *, actor: Actor, old: str, new: str) -> None:
+    moves = [renames[kind](actor=actor, old=old, new=new) for kind in sorted(renames)]
     for move in moves:
         move()
 

@@ -6,7 +6,7 @@ One transaction each, audited inside it; resets and holds also write their Circu
 import re
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
@@ -479,37 +479,33 @@ def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> Ca
         (BreakerOverride, "breaker_override", "breaker override", "delete one of them"),
         (CircuitControl, "circuit_control", "hold", "release one of them"),
     )
-    # (row, its audit type, its noun, where it was, where it goes or None to release it, an expired hold to release)
-    moves: list[
-        tuple[BreakerOverride | CircuitControl, str, str, dict[str, str], dict[str, str] | None, CircuitControl | None]
-    ] = []
+    # Holds past their expiry hold nothing: released as the expiry job would release them, not moved (under the
+    # old name) nor in the way (under the new one, as `_hold` releases one).
+    releases: list[CircuitControl] = []
+    # (row, its audit type, its noun, where it was, where it goes)
+    moves: list[tuple[BreakerOverride | CircuitControl, str, str, dict[str, str], dict[str, str]]] = []
     for model_class, object_type, noun, way_out in kinds:
         for row in model_class.objects.select_for_update().filter(**{field: old}).order_by("pk"):
+            if _expired(row, now):
+                releases.append(row)
+                continue
             before = {"provider": row.provider, "model": row.model}
             after = {**before, field: new}
-            if isinstance(row, CircuitControl) and row.expires_at is not None and row.expires_at <= now:
-                # Past its expiry it holds nothing: released under its old name, as the expiry job would, not moved.
-                moves.append((row, object_type, noun, before, None, row))
-                continue
             there = model_class.objects.select_for_update().filter(**after).first()
-            if isinstance(there, CircuitControl) and there.expires_at is not None and there.expires_at <= now:
-                expired: CircuitControl | None = there  # holds nothing: released below, as `_hold` releases it
+            if _expired(there, now):
+                releases.append(there)
             elif there is not None:
                 message = (
                     f"{_target(**after)} already has a {noun} of its own, so the {noun} of {_target(**before)} "
                     f"cannot move to it: {way_out} first."
                 )
                 raise ConflictError(message, errors={"name": [message]})
-            else:
-                expired = None
-            moves.append((row, object_type, noun, before, after, expired))
+            moves.append((row, object_type, noun, before, after))
 
     def move() -> None:
-        for row, object_type, noun, before, after, expired in moves:
-            if expired is not None:
-                _release(actor=None, row=expired, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=expired.expires_at or now)
-            if after is None:
-                continue  # the row itself was the expired hold: released, not moved
+        for hold in releases:
+            _release(actor=None, row=hold, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=hold.expires_at or now)
+        for row, object_type, noun, before, after in moves:
             setattr(row, field, new)
             row.save()
             target = _target(after["provider"], after["model"])
@@ -526,6 +522,11 @@ def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> Ca
                 _hold_renamed_in_history(row, actor=actor, old=before, now=now)
 
     return move
+
+
+def _expired(row: object, now: datetime) -> TypeGuard[CircuitControl]:
+    """True for a hold past its expiry: the engines no longer honour it, whether or not the expiry job has run."""
+    return isinstance(row, CircuitControl) and row.expires_at is not None and row.expires_at <= now
 
 
 def _hold_renamed_in_history(row: CircuitControl, *, actor: Actor, old: dict[str, str], now: datetime) -> None:
@@ -588,10 +589,10 @@ def _hold(
         created_by=_actor_name(actor),
     )
     existing = CircuitControl.objects.filter(provider=provider, model=model).first()
-    if existing is not None and existing.expires_at is not None and existing.expires_at <= now:
+    if _expired(existing, now):
         # Past its expiry the engines no longer honour it; the expiry job may not have run yet (or beat is
         # down). Released here as that job would release it, so the new hold is not refused for it.
-        _release(actor=None, row=existing, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=existing.expires_at)
+        _release(actor=None, row=existing, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=existing.expires_at or now)
         existing = None
     conflict = ConflictError(
         f"{target} is already {'drained' if model == '' else 'forced open'}; release it first to change the hold.",
