@@ -131,3 +131,38 @@ def test_sort_by_the_counts_and_save_risky_thresholds_anyway(
     config = breaker_config_get()
     assert (config.failure_threshold, config.minimum_requests) == (2, 2)
     assert console_errors == []
+
+
+def test_a_poll_during_a_sort_click_does_not_undo_it(
+    page: Page, live_server, admin_user, health_catalog, live_engine, monkeypatch, console_errors
+):
+    """The table polls itself. A poll that answers while a sort click's request is still on its way must not
+    leave the click without effect: the sort's answer is swapped in, not dropped on a table the poll replaced.
+    The poll is made by hand (htmx.ajax from the table, as its timer does), so the test orders the two."""
+    monkeypatch.setattr(health_views, "POLL_SECONDS", 3600)
+    page.set_default_timeout(10_000)
+    record(live_engine, "openai", "gpt-4o", failures=2, successes=18)
+    record(live_engine, "openai", "gpt-4o-mini", failures=4, successes=0)
+    log_in(page, live_server, admin_user.username)
+    assert models(page) == ["gpt-4o", "gpt-4o-mini"]
+
+    held: list = []
+    page.route(re.compile(r"/fallback/health/\?sort=-failures$"), lambda route: held.append(route))
+    with page.expect_request(re.compile(r"sort=-failures$")):
+        page.locator("#circuit-table").get_by_role("link", name="Failure count").click()
+    for _ in range(200):  # Playwright runs the route handler while the page is waited on
+        if held:
+            break
+        page.wait_for_timeout(25)
+    assert len(held) == 1
+    # A poll now: it either waits for the sort (and then finds its table gone) or answers at once, in the
+    # default order; either way the promise settles before the sort's answer is let through.
+    page.evaluate(
+        """() => htmx.ajax('GET', '/fallback/health/',
+                           {source: '#circuit-table', target: '#circuit-table', swap: 'outerHTML'})"""
+    )
+    held[0].continue_()
+    expect(page.locator("#circuit-table th[aria-sort='descending']")).to_contain_text("Failure count")
+    assert models(page) == ["gpt-4o-mini", "gpt-4o"]
+    expect(page).to_have_url(re.compile(r"\?sort=-failures$"))
+    assert console_errors == []
