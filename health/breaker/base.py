@@ -17,6 +17,10 @@ class BreakerUnavailable(Exception):
     """The shared circuit state cannot be reached, so a change every process must see cannot be made now."""
 
 
+class ConfigUnreadable(Exception):
+    """A configuration loader could not read the thresholds and holds now (it said why); try again later."""
+
+
 class BreakerEngine(ABC):
     """One circuit per (provider, model): closed -> open -> half_open (docs/breaker.md).
 

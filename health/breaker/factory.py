@@ -12,7 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator
 
-from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine
+from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine, ConfigUnreadable
 from health.breaker.events import EventBuffer
 from health.breaker.memory import MemoryEngine
 from health.breaker.types import Clock, ConfigSet
@@ -70,19 +70,23 @@ def load_config() -> ConfigSet:
 
 
 def _load_config_in_subscriber(version: int) -> ConfigSet | None:
-    """The Redis subscriber's reload on a published `version` (0 = unknown); None = keep the current thresholds.
+    """The Redis subscriber's reload on a published `version` (0 = unknown); None = nothing to apply.
 
     A version this process published has been applied by its in-process listener already, and so has every
-    earlier one (committed before it was numbered): skip those rather than read the database again.
+    earlier one (committed before it was numbered): skip those rather than read the database again. Raises
+    ConfigUnreadable when the database cannot be read, so the engine keeps what it has and tries again.
     """
     from django.db import connections
 
     if 0 < version <= _applied_version:
         return None
     try:
-        return _read_config()
+        config = _read_config()
     finally:
         connections.close_all()  # connections are per thread: this closes only the subscriber's
+    if config is None:
+        raise ConfigUnreadable("the breaker configuration could not be read")
+    return config
 
 
 def build_engine(
@@ -94,6 +98,7 @@ def build_engine(
     probe_timeout_seconds: float | None = None,
     config_channel: str | None = None,
     config_loader: Callable[[int], ConfigSet | None] | None = None,
+    config_lock: threading.Lock | None = None,
     events: EventBuffer | None = None,
 ) -> BreakerEngine:
     """A new engine: Redis when `redis_url` is set, memory otherwise. Tests pass a clock and a namespace.
@@ -111,6 +116,7 @@ def build_engine(
             config=config,
             config_channel=config_channel,
             config_loader=config_loader,
+            config_lock=config_lock,
             events=events,
             probe_timeout_seconds=probe_timeout,
         )
@@ -162,6 +168,7 @@ def get_engine() -> BreakerEngine:
                 probe_timeout_seconds=getattr(settings, "BREAKER_PROBE_TIMEOUT_SECONDS", None),
                 config_channel=CHANNEL if redis_url else None,
                 config_loader=_load_config_in_subscriber if redis_url else None,
+                config_lock=_apply_lock,
             )
             _listen()
         return _engine

@@ -48,7 +48,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import NoScriptError, RedisError
 from redis.retry import Retry
 
-from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine, BreakerUnavailable
+from health.breaker.base import DEFAULT_PROBE_TIMEOUT_SECONDS, BreakerEngine, BreakerUnavailable, ConfigUnreadable
 from health.breaker.events import HISTORY_FIELD, HISTORY_MAXLEN, EventBuffer, history_stream
 from health.breaker.lua import SCRIPTS
 from health.breaker.memory import MemoryEngine
@@ -187,6 +187,7 @@ class RedisEngine(BreakerEngine):
         reconnect_interval: float = 1.0,
         config_channel: str | None = None,
         config_loader: Callable[[int], ConfigSet | None] | None = None,
+        config_lock: threading.Lock | None = None,
         events: EventBuffer | None = None,
         ship_interval: float = 0.5,
         gather_interval: float = 0.005,
@@ -219,7 +220,13 @@ class RedisEngine(BreakerEngine):
         self._registry = f"{namespace}:circuits"
         self._channel = f"{namespace}:events"
         self._config_channel = config_channel
+        # The loader reads the thresholds and holds for a published version: None = nothing to apply (that
+        # version is in force already); an exception = not readable now (retried until it reads). A read and
+        # its configure() happen under config_lock, which the process's in-process listener shares, so a read
+        # made before a local commit cannot be applied after that commit's own reload.
         self._config_loader = config_loader
+        self._config_lock = config_lock or threading.Lock()
+        self._config_stale = False  # a published change could not be read: try again
         self._resync_interval = resync_interval
         self._reconnect_interval = reconnect_interval
         self._socket_timeout_ms = _ms(socket_timeout)
@@ -946,10 +953,14 @@ class RedisEngine(BreakerEngine):
             try:
                 channels = [self._channel] + ([self._config_channel] if self._config_channel else [])
                 pubsub.subscribe(*channels)
-                # Subscribe first, then reload: no transition can fall between the two.
+                # Subscribe first, then reload: no transition can fall between the two. The configuration
+                # too: a change published while this subscriber was away (or before it first subscribed)
+                # reached no one here.
                 self.resync_or_raise()
+                self._reload_config(0)
                 backoff = self._reconnect_interval
                 next_resync = time.monotonic() + self._resync_interval
+                next_config_retry = time.monotonic() + self._reconnect_interval
                 while not self._stop.is_set():
                     message = pubsub.get_message(timeout=1.0)
                     if message is not None:
@@ -957,6 +968,9 @@ class RedisEngine(BreakerEngine):
                     if time.monotonic() >= next_resync or self._degraded:
                         self.resync_or_raise()
                         next_resync = time.monotonic() + self._resync_interval
+                    if self._config_stale and time.monotonic() >= next_config_retry:
+                        self._reload_config(0)
+                        next_config_retry = time.monotonic() + self._reconnect_interval
             except RedisError as exc:
                 self._enter_degraded(exc)
                 self._stop.wait(backoff)
@@ -987,11 +1001,25 @@ class RedisEngine(BreakerEngine):
                 version = int(message["data"])
             except (TypeError, ValueError):
                 version = 0
+            self._reload_config(version)
+
+    def _reload_config(self, version: int) -> None:
+        """Read and apply the configuration a published `version` names (0 = unknown: read it); on a failed read
+        keep the old thresholds and holds, and mark them stale so the subscriber tries again."""
+        if self._config_loader is None:
+            return
+        with self._config_lock:
             try:
                 config = self._config_loader(version)
-            except Exception:  # keep the old thresholds rather than stop following
-                log.exception("breaker: reloading the breaker configuration failed")
+            except ConfigUnreadable:  # the loader has said why
+                self._config_stale = True
                 return
+            except Exception:  # keep the old thresholds rather than stop following
+                if not self._config_stale:
+                    log.exception("breaker: reloading the breaker configuration failed; retrying")
+                self._config_stale = True
+                return
+            self._config_stale = False
             if config is not None:
                 self.configure(config)
 
