@@ -65,9 +65,9 @@ def alert_banner() -> Banner:
     """
     try:
         cached = cache.get(BANNER_CACHE_KEY)
-    except Exception:  # an unreachable Redis cache: read the database instead
+    except Exception:  # an unreachable Redis cache: read the database instead, and do not wait on it twice
         log.warning("alerts: could not read the cached banner", exc_info=True)
-        cached = None
+        return _banner_query()
     if isinstance(cached, Banner):
         return cached
     banner = _banner_query()

@@ -352,10 +352,14 @@ class LogSink:
             except Exception as exc:  # noqa: BLE001 - keep the batch and retry later
                 self._keep(batch, exc)
                 return
-            if self._failing:  # before `_written`: whoever `flush` wakes sees a sink that recovered
-                log.info("request-log writes recovered")
-                self._failing = False
+            self._recovered()  # before `_written`: whoever `flush` wakes sees a sink that recovered
             self._written(batch)
+
+    def _recovered(self) -> None:
+        """A write has just succeeded: the sink is no longer failing."""
+        if self._failing:
+            log.info("request-log writes recovered")
+            self._failing = False
 
     def _reclaim_loop_batch(self) -> None:
         """The batch of a send the closed loop left under way goes back to the buffer's front, for this thread
@@ -646,6 +650,8 @@ class LogSink:
                     self._failing = True
                     return False
                 path.unlink()
+                if records or carried:  # written: a replay that failed before has recovered (an idle gateway's
+                    self._recovered()  # readiness would otherwise say "failing" until its next request)
             self.replayed += len(records)
             log.info("request-log replay: %d records from %s", len(records), path)
         return not held

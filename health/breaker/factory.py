@@ -26,8 +26,6 @@ _engine: BreakerEngine | None = None
 _config_source: Callable[[], ConfigSet] | None = None
 _lock = threading.Lock()
 _listening = False
-# Newest configuration version this process's in-process listener has applied (see _load_config_in_subscriber).
-_applied_version = 0
 # The last configuration load error logged, so that a database outage logs one line, not one per change.
 _config_error: str | None = None
 _config_error_lock = threading.Lock()
@@ -69,17 +67,16 @@ def load_config() -> ConfigSet:
     return config
 
 
-def _load_config_in_subscriber(version: int) -> ConfigSet | None:
-    """The Redis subscriber's reload on a published `version` (0 = unknown); None = nothing to apply.
+def _load_config_in_subscriber(version: int) -> ConfigSet:
+    """The Redis subscriber's reload on a published `version`: the thresholds and holds as the database has them.
 
-    A version this process published has been applied by its in-process listener already, and so has every
-    earlier one (committed before it was numbered): skip those rather than read the database again. Raises
-    ConfigUnreadable when the database cannot be read, so the engine keeps what it has and tries again.
+    Every message is read, this process's own included (its listener has applied that one already: one more read
+    of a rare change). Version numbers are not compared: Redis's counter starts again after an empty restart,
+    and a process that saved while Redis was away numbered its changes on its own. Raises ConfigUnreadable when
+    the database cannot be read, so the engine keeps what it has and tries again.
     """
     from django.db import connections
 
-    if 0 < version <= _applied_version:
-        return None
     try:
         config = _read_config()
     finally:
@@ -129,14 +126,12 @@ _apply_lock = threading.Lock()
 
 
 def _on_config_change(version: int) -> None:
-    global _applied_version
     engine = _engine
     if engine is not None:
         with _apply_lock:
             config = _read_config()
             if config is not None:
                 engine.configure(config)
-                _applied_version = max(_applied_version, version)
 
 
 def _listen() -> None:

@@ -185,6 +185,7 @@ class RedisEngine(BreakerEngine):
         background_timeout: float = 1.0,
         resync_interval: float = 30.0,
         reconnect_interval: float = 1.0,
+        max_reconnect_interval: float = 5.0,
         config_channel: str | None = None,
         config_loader: Callable[[int], ConfigSet | None] | None = None,
         config_lock: threading.Lock | None = None,
@@ -229,6 +230,9 @@ class RedisEngine(BreakerEngine):
         self._config_stale = False  # a published change could not be read: try again
         self._resync_interval = resync_interval
         self._reconnect_interval = reconnect_interval
+        # Only the subscriber leaves degraded mode, on its next attempt: Redis back after a long outage is
+        # noticed within this long (its waits double from reconnect_interval up to here).
+        self._max_reconnect_interval = max(max_reconnect_interval, reconnect_interval)
         self._socket_timeout_ms = _ms(socket_timeout)
         self._deadline_margin_ms = _ms(deadline_margin)
         self._late_hold_ms = _ms(late_hold)
@@ -974,7 +978,7 @@ class RedisEngine(BreakerEngine):
             except RedisError as exc:
                 self._enter_degraded(exc)
                 self._stop.wait(backoff)
-                backoff = min(backoff * 2, 30.0)
+                backoff = min(backoff * 2, self._max_reconnect_interval)
             except Exception:  # never let the subscriber die
                 log.exception("breaker: subscriber failed")
                 self._stop.wait(backoff)

@@ -236,3 +236,49 @@ def test_pages_render_with_the_cache_away(admin_client, settings):
 
     assert alert_banner().count == 1
     assert 'class="al-banner al-banner-warn"' in html and "1 alert firing" in html
+
+
+def test_pages_render_when_the_cache_never_answers(admin_client, settings):
+    """A Redis that accepts connections and never answers (a hung server, a black-holed route): with the settings'
+    socket timeouts a page waits on the cache briefly (redis-py's own default is 5 s per call) and only once (no
+    write after a failed read), and the banner comes from the database."""
+    import socket
+    import threading
+
+    from alerts.selectors import alert_banner
+    from controlplane.settings import CACHE_REDIS_OPTIONS
+
+    _fire(make_rule(name="degraded", kind="degraded"), subject="gpt-4o")
+    hole = socket.socket()
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(16)
+    accepted: list[socket.socket] = []
+
+    def accept() -> None:
+        while True:
+            try:
+                accepted.append(hole.accept()[0])
+            except OSError:  # closed
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    settings.CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": f"redis://127.0.0.1:{hole.getsockname()[1]}/0",
+            "OPTIONS": CACHE_REDIS_OPTIONS,
+        }
+    }
+    try:
+        count = alert_banner().count
+        connections = len(accepted)
+        html = admin_client.get("/alerts/").content.decode()
+    finally:
+        hole.close()
+        for conn in accepted:
+            conn.close()
+
+    assert count == 1
+    assert connections == 1  # the read; a write after it would have waited on a second connection
+    assert "1 alert firing" in html
+    assert CACHE_REDIS_OPTIONS["socket_timeout"] <= 0.5

@@ -142,7 +142,6 @@ def test_a_read_made_before_this_process_commits_is_not_applied_after_that_commi
         return config
 
     monkeypatch.setattr(factory, "_config_source", source)
-    monkeypatch.setattr(factory, "_applied_version", 0)
     engine = redis_engine(
         engines,
         redis_url,
@@ -168,3 +167,56 @@ def test_a_read_made_before_this_process_commits_is_not_applied_after_that_commi
 
     assert read_early is False
     assert engine.config.controls == new.controls
+
+
+def test_a_change_numbered_below_what_this_process_applied_is_still_read(monkeypatch, redis_url, namespace, engines):
+    """Redis's version counter starts again after an empty restart, and a process that saved while Redis was away
+    numbered its changes itself: a console that applied its own version 57 still reads another's version 1."""
+    database = {"config": ConfigSet()}
+    reads: list[ConfigSet] = []
+
+    def source() -> ConfigSet:
+        reads.append(database["config"])
+        return database["config"]
+
+    monkeypatch.setattr(factory, "_config_source", source)
+    engine = redis_engine(
+        engines,
+        redis_url,
+        namespace,
+        ManualClock(T0),
+        config_channel=f"{namespace}:config",
+        config_loader=factory._load_config_in_subscriber,
+        config_lock=factory._apply_lock,
+    )
+    with use_engine(engine):
+        factory._on_config_change(57)  # this process's own save, applied by its listener
+    client = redis.Redis.from_url(redis_url, decode_responses=True)
+    wait_subscribed(client, f"{namespace}:config")
+    until(lambda: len(reads) >= 2, 5, "the listener's read and the subscriber's read at subscribe")
+    held = ConfigSet(controls={(P, M): hold()})
+    database["config"] = held  # another process's save ...
+    client.publish(f"{namespace}:config", "1")  # ... numbered 1 by a Redis that came back empty
+    followed = within(lambda: engine.config.controls == held.controls, 5)
+    client.close()
+
+    assert followed is True
+
+
+def test_after_a_long_outage_the_engine_is_back_on_redis_within_its_longest_reconnect_wait(
+    redis_proxy, redis_url, namespace, engines
+):
+    """The subscriber's waits double from reconnect_interval and stop growing at max_reconnect_interval: after an
+    outage long enough for an uncapped wait to reach 3.2 s, Redis is in use again within about the cap."""
+    engine = redis_engine(
+        engines, redis_proxy.url, namespace, ManualClock(T0), reconnect_interval=0.1, max_reconnect_interval=0.2
+    )
+    redis_proxy.down()
+    engine.get(P, M)  # any Redis call: degraded from here on
+    assert engine.degraded
+    # An outage of 3.2 s: without the cap the subscriber's waits are 0.1, 0.2, 0.4, 0.8, 1.6, then 3.2 s from
+    # 3.1 s on, its next attempt 3.1 s after Redis is back; with it, at most 0.2 s after.
+    assert within(lambda: not engine.degraded, 3.2) is False  # Redis stays away this long
+    redis_proxy.restore()
+
+    assert within(lambda: not engine.degraded, 1.5) is True

@@ -180,6 +180,27 @@ def test_a_sink_stopped_while_redis_is_down_spills_and_the_next_start_replays(re
     assert _stored_ids() == sorted(r["request_id"] for r in records)
 
 
+def test_a_sink_whose_replay_failed_is_not_failing_once_the_replay_succeeds(redis_url, stream, tmp_path):
+    """A gateway starts while Redis is down with a spill to replay: the replay fails and the sink is failing. Redis
+    returns and the replay writes the file: the sink has recovered, though no request has been logged since (an
+    idle gateway's readiness said "failing" until its next request)."""
+    (tmp_path / "20260101T000000-1-abcdef01.jsonl").write_bytes(orjson.dumps(record(1)) + b"\n")
+    with FaultProxy.for_redis(redis_url) as proxy:
+        proxy.down()
+        sink = LogSink(redis_url=proxy.url, stream_key=stream, flush_seconds=0.05, spill_dir=tmp_path)
+        sink.start()
+        try:
+            until(lambda: sink.failing, 10, "the failed replay")
+            proxy.restore()
+            until(lambda: sink.replayed == 1, 15, "the replay once Redis is back")
+            failing = sink.failing
+        finally:
+            sink.stop()
+
+    assert failing is False
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_replay_repeated_after_a_crash_stores_each_row_once(redis_url, stream, tmp_path):
     records = [record(i) for i in range(10)]
     content = b"".join(orjson.dumps(r) + b"\n" for r in records)
