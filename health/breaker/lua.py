@@ -295,4 +295,27 @@ return head
 """
 )
 
-SCRIPTS = {"allow": ALLOW, "record": RECORD, "snapshot": SNAPSHOT, "reset": RESET, "release": RELEASE}
+# Put back an open circuit Redis has lost (an empty restart, a flush), as this process last knew it, unless the
+# circuit is there again (another process restored it, or traffic made it anew). ARGV[5..10] = gen, opened_at,
+# cooldown_until, consec, lf_at, lf_label. Reply: '1' restored / '0' left alone, then the circuit.
+RESTORE = (
+    PRELUDE
+    + r"""
+local c = load()
+if c.exists then return concat({'0'}, c) end
+c = {state = 'open', gen = tonumber(ARGV[5]), opened_at = num(ARGV[6]), cooldown_until = num(ARGV[7]),
+     consec = tonumber(ARGV[8]), lf_at = num(ARGV[9]), lf_label = ARGV[10], wt = 0, wf = 0}
+save(c)
+publish(c)
+return concat({'1'}, c)
+"""
+)
+
+SCRIPTS = {
+    "allow": ALLOW,
+    "record": RECORD,
+    "snapshot": SNAPSHOT,
+    "reset": RESET,
+    "release": RELEASE,
+    "restore": RESTORE,
+}

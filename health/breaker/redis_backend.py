@@ -633,6 +633,9 @@ class RedisEngine(BreakerEngine):
                 continue
             fields = _Fields([v or "" for v in row])
             mirror[(provider, model)] = _Mirror(provider, model, fields, probe_timeout_ms=self._probe_timeout_ms)
+        for (provider, model), fields in self._restore_lost(mirror):
+            mirror[(provider, model)] = _Mirror(provider, model, fields, probe_timeout_ms=self._probe_timeout_ms)
+            pairs.append((provider, model))
         with self._mirror_lock:
             # Keep entries updated while we were reading if they are newer than what we read.
             for key, entry in self._mirror.items():
@@ -641,6 +644,39 @@ class RedisEngine(BreakerEngine):
                     mirror[key] = entry
             self._mirror = mirror
         self._registered = {(p, m) for p, m in pairs}
+
+    def _restore_lost(self, found: dict[tuple[str, str], _Mirror]) -> list[tuple[tuple[str, str], _Fields]]:
+        """Open circuits this process knew whose cooldown is still running and that Redis no longer has (it came
+        back empty, or was flushed): put them back, so an outage of Redis does not close every open circuit on
+        every gateway at once. What else Redis lost (windows, closed circuits) starts again from nothing."""
+        now = self._now_estimate_ms()
+        with self._mirror_lock:
+            lost = [
+                (key, entry)
+                for key, entry in self._mirror.items()
+                if key not in found
+                and entry.state is State.OPEN
+                and entry.cooldown_until is not None
+                and entry.cooldown_until > now
+            ]
+        restored = []
+        for (provider, model), entry in lost:
+            raw = self._eval(
+                "restore",
+                provider,
+                model,
+                str(entry.gen),
+                "" if entry.opened_at is None else str(entry.opened_at),
+                str(entry.cooldown_until),
+                str(entry.consec),
+                "",
+                "",
+            )
+            self._client.sadd(self._registry, json.dumps([provider, model]))
+            restored.append(((provider, model), _Fields(raw[1:])))
+            if raw[0] == "1":
+                log.warning("breaker: Redis had lost open circuit %s/%s; restored it", provider, model)
+        return restored
 
     def refresh(self, provider: str, model: str) -> None:
         """Reload one circuit into the mirror now (instead of waiting for its next pub/sub message)."""
