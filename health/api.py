@@ -474,8 +474,9 @@ class BreakerOverrideApi(APIView):
     @extend_schema(operation_id="breaker_override_set", request=InputSerializer, responses=OutputSerializer)
     def put(self, request: Request, provider: str, model: str) -> Response:
         data = input_validate(BreakerOverrideApi.InputSerializer(data=request.data))
-        breaker_override_set(actor=request.user, provider=provider, model=model, data=data)
-        return Response(BreakerOverrideApi.OutputSerializer(_override_or_404(provider, model)).data)
+        row = breaker_override_set(actor=request.user, provider=provider, model=model, data=data)
+        # Under the names it was saved under (the service strips them, as every health endpoint does).
+        return Response(BreakerOverrideApi.OutputSerializer(_override_or_404(row.provider, row.model)).data)
 
     @extend_schema(operation_id="breaker_override_delete", responses={204: None})
     def delete(self, request: Request, provider: str, model: str) -> Response:

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from audit.services import audit_record, diff_fields
 from catalog.models import LlmModel, Provider
-from catalog.selectors import llm_model_list, provider_list
+from chains.selectors import chains_for_circuits
 from core.configbus import config_publish
 from core.errors import ConflictError, NotFound, ServiceUnavailable, ValidationFailed
 from core.types import Actor
@@ -181,6 +181,33 @@ def _check_overrides(errors: FieldErrors, values: Mapping[str, Any]) -> None:
         )
 
 
+# Any constant works (as the audit log's): it serialises the writers of the breaker thresholds on PostgreSQL.
+_BREAKER_CONFIG_LOCK_ID = 0x627265616B6572
+
+
+def _lock_breaker_config() -> None:
+    """Serialise breaker_config_update and breaker_override_set until the transaction ends.
+
+    Each validates against what the other writes (an override's cap against the global initial cooldown and
+    the reverse) and the global row is created on first save: a row lock locks nothing until that row exists,
+    so two first saves went through together (a lost update, a duplicate override's IntegrityError, a cap
+    below the initial cooldown). Taken after the catalog rows an override names and before the first audit
+    event, whose lock comes last in every write. SQLite: transactions are IMMEDIATE, so writers are already
+    serialised.
+    """
+    connection = transaction.get_connection()
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s)", [_BREAKER_CONFIG_LOCK_ID])
+
+
+def _same_codes(values: dict[str, Any], previous: Mapping[str, Any]) -> None:
+    """Status codes listed again in another order are no change: keep the stored order (no audit event)."""
+    codes, before = values.get("failure_status_codes"), previous.get("failure_status_codes")
+    if codes is not None and before is not None and sorted(codes) == sorted(before):
+        values["failure_status_codes"] = before
+
+
 @transaction.atomic
 def breaker_config_update(*, actor: Actor, data: Mapping[str, Any]) -> BreakerConfigValues:
     """Change the global thresholds (fields left out keep their value); audit the changed fields.
@@ -189,9 +216,9 @@ def breaker_config_update(*, actor: Actor, data: Mapping[str, Any]) -> BreakerCo
     """
     errors = FieldErrors()
     _check_unknown(errors, data, CONFIG_FIELDS)
-    # Lock the global row (once it exists) before reading it and the overrides: breaker_override_set takes
-    # the same lock, so neither can validate against a value the other is about to change.
-    BreakerConfig.objects.select_for_update().filter(pk=BreakerConfig.SINGLETON_PK).first()
+    # Before reading the global values and the overrides: breaker_override_set takes the same lock, so neither
+    # can validate against a value the other is about to change, whether or not the global row exists yet.
+    _lock_breaker_config()
     current = breaker_config_get()
     values: dict[str, Any] = current.as_dict()
     for field in CONFIG_FIELDS:
@@ -211,11 +238,13 @@ def breaker_config_update(*, actor: Actor, data: Mapping[str, Any]) -> BreakerCo
     _check_overrides(errors, values)
     errors.raise_if_any()
 
+    _same_codes(values, current.as_dict())
     before, after = diff_fields(current.as_dict(), values)
     if not after:
         return current
     row, _ = BreakerConfig.objects.select_for_update().get_or_create(pk=BreakerConfig.SINGLETON_PK)
-    for field, value in values.items():
+    # Only the fields changed (what the audit event names): nothing else is written back.
+    for field, value in after.items():
         setattr(row, field, value)
     row.save()
     audit_record(
@@ -241,13 +270,15 @@ def breaker_override_set(*, actor: Actor, provider: str, model: str, data: Mappi
     errors = FieldErrors()
     provider = (provider or "").strip()
     model = (model or "").strip()
+    found_model = _lock_model(model) if model else None
+    found_provider = _lock_provider(provider) if provider else None
     if not provider:
         errors.add("provider", "Provider is required.")
-    elif not Provider.objects.filter(name=provider).exists():
+    elif found_provider is None:
         errors.add("provider", f"Unknown provider “{provider}”.")
     if not model:
         errors.add("model", "Model is required.")
-    elif not LlmModel.objects.filter(name=model).exists():
+    elif found_model is None:
         errors.add("model", f"Unknown model “{model}”.")
     _check_unknown(errors, data, CONFIG_FIELDS)
     values: dict[str, Any] = dict.fromkeys(CONFIG_FIELDS)
@@ -261,7 +292,7 @@ def breaker_override_set(*, actor: Actor, provider: str, model: str, data: Mappi
     if all(values[f] is None for f in CONFIG_FIELDS) and not any(errors.has(f) for f in CONFIG_FIELDS):
         errors.add("__all__", "Set at least one field; an override with every field empty changes nothing.")
     # The lock breaker_config_update takes: the global cooldowns cannot change under this check.
-    BreakerConfig.objects.select_for_update().filter(pk=BreakerConfig.SINGLETON_PK).first()
+    _lock_breaker_config()
     base = breaker_config_get()
     initial = values["initial_cooldown_seconds"]
     initial = base.initial_cooldown_seconds if initial is None else initial
@@ -276,15 +307,23 @@ def breaker_override_set(*, actor: Actor, provider: str, model: str, data: Mappi
     previous = _override_dict(row) if row is not None else None
     if row is None:
         row = BreakerOverride(provider=provider, model=model)
+    if previous is not None:
+        _same_codes(values, previous)
     for field, value in values.items():
         setattr(row, field, value)
     if previous is not None:
         before, after = diff_fields(previous, values)
         if not after:
             return row
+        row.save()
     else:
         before, after = {}, values
-    row.save()
+        try:
+            with transaction.atomic():
+                row.save(force_insert=True)
+        except IntegrityError:  # the same override saved concurrently (the lock above should prevent it): a 409
+            message = f"A breaker override for {provider}/{model} was saved at the same time; reload and try again."
+            raise ConflictError(message, errors={"__all__": [message]}) from None
     audit_record(
         actor=actor,
         action="breaker_override.set",
@@ -302,8 +341,8 @@ def breaker_override_set(*, actor: Actor, provider: str, model: str, data: Mappi
 def breaker_override_delete(*, actor: Actor, provider: str, model: str) -> None:
     """Remove one override (the circuit goes back to the global thresholds); audit a full snapshot."""
     row = BreakerOverride.objects.select_for_update().filter(provider=provider, model=model).first()
-    if row is None:
-        raise ValidationFailed(
+    if row is None:  # 404: a concurrent delete may have removed it since the caller looked
+        raise NotFound(
             f"No breaker override exists for {provider}/{model}.",
             errors={"__all__": [f"No breaker override exists for {provider}/{model}."]},
         )
@@ -379,9 +418,13 @@ def circuit_reset(*, actor: Actor, provider: str, model: str) -> CircuitSnapshot
     return before
 
 
+RESET_UNAVAILABLE = (
+    "Redis is unreachable: the circuit cannot be reset on every gateway now; try again when Redis is back."
+)
+
+
 def _reset_unavailable() -> ServiceUnavailable:
-    message = "Redis is unreachable: the circuit cannot be reset on every gateway now; try again when Redis is back."
-    return ServiceUnavailable(message, errors={"__all__": [message]})
+    return ServiceUnavailable(RESET_UNAVAILABLE, errors={"__all__": [RESET_UNAVAILABLE]})
 
 
 def _actor_name(actor: Actor) -> str:
@@ -435,32 +478,54 @@ def _hold_minutes(errors: FieldErrors, value: Any) -> int | None:
     return minutes
 
 
+def _lock_provider(name: str) -> Provider | None:
+    """The provider named `name`, its row locked until the transaction ends; None if no provider has the name.
+
+    A rename updates that row: it waits for this transaction, or this one waits for it and then finds no
+    provider of the old name. Either way a hold or an override saved under the name is one the rename's
+    carry-over (circuit_names_renamed) moves, never one left under the old name. Catalog rows first, then
+    health's rows, then the audit log: the order a rename keeps (docs/decisions.md, "One lock order"). FOR NO
+    KEY UPDATE, as core.api's edits:
+    rows that only refer to this one stay insertable meanwhile.
+    """
+    return Provider.objects.select_for_update(no_key=True).filter(name=name).first()
+
+
+def _lock_model(name: str) -> LlmModel | None:
+    """The model named `name`, its row locked as `_lock_provider` locks a provider's. Lock it before the
+    provider's: a model rename locks its own row, then the providers that deploy it."""
+    return LlmModel.objects.select_for_update(no_key=True).filter(name=name).first()
+
+
+def _hold_name(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
 def _hold_provider(errors: FieldErrors, value: Any) -> Provider | None:
-    name = value.strip() if isinstance(value, str) else ""
+    name = _hold_name(value)
     if not name:
         errors.add("provider", "Provider is required.")
         return None
-    provider = provider_list().filter(name=name).first()
+    provider = _lock_provider(name)
     if provider is None:
         errors.add("provider", f"Unknown provider “{name}”.")
     return provider
 
 
-def _hold_model(errors: FieldErrors, value: Any, provider: Provider | None) -> str:
-    """A catalog model served by `provider`: its default provider, or a circuit the breaker already tracks
-    (a chain entry can send a model through another provider)."""
-    name = value.strip() if isinstance(value, str) else ""
+def _hold_model(errors: FieldErrors, name: str, model: LlmModel | None, provider: Provider | None) -> None:
+    """`model` (named `name`, locked by the caller) must be served by `provider`: its default provider, a chain
+    entry that sends it through `provider`, or a circuit the breaker already tracks."""
     if not name:
         errors.add("model", "Model is required.")
-        return name
-    model = llm_model_list().filter(name=name).first()
-    if model is None:
+    elif model is None:
         errors.add("model", f"Unknown model “{name}”.")
     elif provider is not None and model.provider_id != provider.pk:
-        tracked = {(s.provider, s.model) for s in get_engine().list_circuits()}
-        if (provider.name, name) not in tracked:
+        routed = any(
+            link.position is not None
+            for link in chains_for_circuits(circuits=[(provider.name, name)])[(provider.name, name)]
+        )
+        if not routed and (provider.name, name) not in {(s.provider, s.model) for s in get_engine().list_circuits()}:
             errors.add("model", f"Model “{name}” is not served by provider “{provider.name}”.")
-    return name
 
 
 def circuit_names_renamed(*, actor: Actor, field: str, old: str, new: str) -> Callable[[], None]:
@@ -636,8 +701,11 @@ def circuit_force_open(
     """Hold one circuit open (no traffic, no probe) until released or `minutes` from now; audited, recorded in
     the circuit's history, and applied by every gateway process when the change is published (on commit)."""
     errors = FieldErrors()
+    model_name = _hold_name(model)
+    # The model's row before the provider's (see _lock_model).
+    found_model = _lock_model(model_name) if model_name else None
     found = _hold_provider(errors, provider)
-    model_name = _hold_model(errors, model, found)
+    _hold_model(errors, model_name, found_model, found)
     text = _hold_reason(errors, reason)
     length = _hold_minutes(errors, minutes)
     errors.raise_if_any()
@@ -701,12 +769,13 @@ def _release(*, actor: Actor | None, row: CircuitControl, who: str, reason: str,
     return True
 
 
-@transaction.atomic
 def circuit_release(*, actor: Actor, provider: str, model: str = "") -> CircuitControl:
     """Lift the hold on one circuit (`model`) or the drain of a provider (model ""); returns the hold lifted.
 
-    NotFound when there is no such hold. Traffic resumes through the circuit's own state (a tripped circuit
-    stays open until its cooldown and probe).
+    NotFound when there is no such hold. A hold past its expiry holds nothing (the engines no longer honour it)
+    even if the expiry job has not removed it yet: it is released as that job would release it (by "expiry", at
+    its expiry; committed) and the answer is NotFound too. Traffic resumes through the circuit's own state (a
+    tripped circuit stays open until its cooldown and probe).
     """
     provider = provider.strip() if isinstance(provider, str) else ""
     model = model.strip() if isinstance(model, str) else ""
@@ -715,17 +784,23 @@ def circuit_release(*, actor: Actor, provider: str, model: str = "") -> CircuitC
         errors.add("provider", "Provider is required.")
     errors.raise_if_any()
     target = _target(provider, model)
-    row = CircuitControl.objects.select_for_update().filter(provider=provider, model=model).first()
-    missing = NotFound(
-        f"{target} is not {'drained' if not model else 'forced open'}: there is nothing to release.",
-        errors={"__all__": [f"{target} has no hold to release."]},
-    )
-    if row is None:
-        raise missing
-    if not _release(actor=actor, row=row, who=_actor_name(actor), reason="", now=timezone.now()):
-        raise missing
-    transaction.on_commit(config_publish)
-    return row
+    with transaction.atomic():
+        row = CircuitControl.objects.select_for_update().filter(provider=provider, model=model).first()
+        now = timezone.now()
+        released = None
+        if _expired(row, now):
+            if _release(actor=None, row=row, who=EXPIRY_ACTOR, reason=EXPIRY_REASON, now=row.expires_at or now):
+                transaction.on_commit(config_publish)
+        elif row is not None and _release(actor=actor, row=row, who=_actor_name(actor), reason="", now=now):
+            transaction.on_commit(config_publish)
+            released = row
+    # Raised after the commit, so that an expired hold's release is kept.
+    if released is None:
+        raise NotFound(
+            f"{target} is not {'drained' if not model else 'forced open'}: there is nothing to release.",
+            errors={"__all__": [f"{target} has no hold to release."]},
+        )
+    return released
 
 
 EXPIRY_ACTOR = "expiry"

@@ -66,6 +66,7 @@ from health.selectors import (
     circuits_local_only,
 )
 from health.services import (
+    RESET_UNAVAILABLE,
     breaker_config_update,
     breaker_override_delete,
     breaker_override_set,
@@ -627,6 +628,9 @@ def reset(request: HtmxRequest) -> HttpResponse:
     if request.method == "GET":
         provider, model = CircuitForm(request.GET).target()
         row = next((r for r in circuit_list() if (r.provider, r.model) == (provider, model)), None)
+        if circuits_local_only():  # this process's own view: the circuit may be open on every gateway
+            messages.error(request, RESET_UNAVAILABLE)
+            return redirect("health:index")
         if row is None:
             raise Http404("No circuit is tracked for this provider and model.")
         return render(
@@ -700,7 +704,7 @@ def override_set(request: HtmxRequest) -> HttpResponse:
         return _configure_response(request, _configure_context(override_form=form, override_warnings=warnings))
     try:
         breaker_override_set(actor=request.user, provider=provider, model=model, data=form.override_input())
-    except ValidationFailed as exc:
+    except ApplicationError as exc:  # invalid, or the same override saved concurrently (409)
         form.add_service_errors(exc)
         return _configure_response(request, _configure_context(override_form=form, override_warnings=warnings))
     messages.success(request, f"Override for {provider} / {model} saved.")
@@ -715,7 +719,7 @@ def override_delete(request: HtmxRequest) -> HttpResponse:
     provider, model = CircuitForm(request.POST).target()
     try:
         breaker_override_delete(actor=request.user, provider=provider, model=model)
-    except ValidationFailed as exc:
+    except ApplicationError as exc:  # no such override (NotFound)
         messages.error(request, exc.message)
     else:
         messages.success(request, f"Override for {provider} / {model} removed; the global thresholds apply.")

@@ -158,3 +158,44 @@ def test_breaker_api_refuses_non_admin_roles(
 
     assert response.status_code == expected
     assert (BreakerConfig.objects.count(), BreakerOverride.objects.count(), AuditEvent.objects.count()) == (0, 0, 0)
+
+
+def test_breaker_override_api_put_under_padded_names_answers_the_override_it_saved(admin_client, single_model_catalog):
+    """The service trims the names (as every health endpoint does) and saves openai/gpt-4o; the answer used to
+    look the override up under "openai " and say 404 although the write had taken effect."""
+    response = admin_client.put(
+        "/api/breaker-config/overrides/openai%20/%20gpt-4o/", {"failure_threshold": 3}, content_type="application/json"
+    )
+
+    assert response.status_code == 200
+    assert (response.json()["provider"], response.json()["model"], response.json()["failure_threshold"]) == (
+        "openai",
+        "gpt-4o",
+        3,
+    )
+    assert list(BreakerOverride.objects.values_list("provider", "model", "failure_threshold")) == [
+        ("openai", "gpt-4o", 3)
+    ]
+
+
+def test_breaker_override_api_delete_of_an_override_deleted_meanwhile_is_a_404(
+    admin_client, single_model_catalog, monkeypatch
+):
+    """The view finds the override, a concurrent DELETE removes it before the service locks it: 404 (nothing
+    there), not a 400 as if the request were invalid."""
+    import health.api as health_api
+
+    BreakerOverride.objects.create(provider="openai", model="gpt-4o", failure_threshold=3)
+    delete = health_api.breaker_override_delete
+
+    def deleted_meanwhile(**kwargs):
+        BreakerOverride.objects.all().delete()
+        return delete(**kwargs)
+
+    monkeypatch.setattr(health_api, "breaker_override_delete", deleted_meanwhile)
+
+    response = admin_client.delete(OVERRIDE_URL)
+
+    assert response.status_code == 404
+    assert response.json()["detail"] == "No breaker override exists for openai/gpt-4o."
+    assert not AuditEvent.objects.exists()

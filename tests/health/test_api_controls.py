@@ -331,3 +331,18 @@ def test_schema_lists_the_history_and_kill_switch_operations(admin_client):
         "total",
         "until",
     ]
+
+
+def test_release_of_a_hold_past_its_expiry_is_a_404_and_records_the_expiry(admin_client, engine, catalog):
+    expired_at = timezone.now() - timedelta(minutes=5)
+    CircuitControl.objects.create(
+        provider="openai", model="", kind="drained", reason="x", expires_at=expired_at, created_by="bob"
+    )
+
+    response = post_json(admin_client, RELEASE, {"provider": "openai"})
+
+    assert response.status_code == 404
+    assert response.json()["detail"] == "openai is not drained: there is nothing to release."
+    assert not CircuitControl.objects.exists()
+    assert list(CircuitEvent.objects.values_list("kind", "actor", "at")) == [("released", "expiry", expired_at)]
+    assert list(AuditEvent.objects.values_list("action", "actor_name")) == [("circuit.release", "system")]

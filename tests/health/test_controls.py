@@ -490,3 +490,39 @@ def test_the_expiry_job_locks_every_hold_it_releases_before_its_first_audit_even
         assert circuit_controls_expire() == 2
 
     assert steps == ["lock", "audit", "audit"]
+
+
+def test_force_open_accepts_a_chain_entrys_circuit_before_its_first_request(live, catalog, admin_user):
+    """A chain entry sends claude-sonnet through openai: the gateway calls (openai, claude-sonnet), so it can be
+    held open before it has taken any traffic (it used to be refused until the breaker tracked it)."""
+    from tests.factories import ChainEntryFactory, ChainFactory
+
+    chain = ChainFactory(source_model=catalog["gpt-4o"], entries=[])
+    ChainEntryFactory(chain=chain, position=0, model=catalog["claude-sonnet"], provider=catalog["openai"])
+
+    row = circuit_force_open(actor=admin_user, provider="openai", model="claude-sonnet", reason="keys", minutes=None)
+
+    assert (row.provider, row.model) == ("openai", "claude-sonnet")
+    with pytest.raises(ValidationFailed) as excinfo:  # a provider no entry routes it through: still refused
+        circuit_force_open(actor=admin_user, provider="anthropic", model="gpt-4o", reason="keys", minutes=None)
+    assert errors_of(excinfo) == {"model": ["Model “gpt-4o” is not served by provider “anthropic”."]}
+
+
+def test_releasing_a_hold_past_its_expiry_is_nothing_to_release_and_records_the_expiry(live, catalog, admin_user):
+    """The expiry job has not removed it yet, but it holds nothing (the engines ignore it): the operator's
+    release is a 404 like a release of nothing, and the hold is released as the job would release it (by
+    "expiry", at its expiry time), not as the operator's release after the hold had ended."""
+    expired_at = timezone.now() - timedelta(minutes=5)
+    CircuitControl.objects.create(
+        provider="openai", model="gpt-4o", kind="forced_open", reason="x", expires_at=expired_at, created_by="bob"
+    )
+
+    with pytest.raises(NotFound) as excinfo:
+        circuit_release(actor=admin_user, provider="openai", model="gpt-4o")
+
+    assert excinfo.value.message == "openai/gpt-4o is not forced open: there is nothing to release."
+    assert not CircuitControl.objects.exists()  # kept although the service raised
+    release = CircuitEvent.objects.get(kind="released")
+    assert (release.actor, release.reason, release.at) == ("expiry", "hold expired", expired_at)
+    audited = AuditEvent.objects.get()
+    assert (audited.action, audited.actor_name) == ("circuit.release", "system")

@@ -396,6 +396,24 @@ def test_reset_confirm_page_of_an_untracked_circuit_is_404(admin_client, frozen_
     assert response.status_code == 404
 
 
+def test_reset_confirm_page_while_redis_is_unreachable_says_so(admin_client, single_model_catalog):
+    """Without Redis this process sees only its own circuits: one it does not track may be open on every
+    gateway, so the page says Reset is unavailable (as the POST does) rather than "not tracked"."""
+    from health.breaker.redis_backend import RedisEngine
+    from health.services import RESET_UNAVAILABLE
+    from tests.health.conftest import closed_port_url
+
+    engine = RedisEngine(url=closed_port_url(), namespace="test:reset-confirm")
+    try:
+        with use_engine(engine):
+            response = admin_client.get(RESET_URL, {"provider": "openai", "model": "gpt-4o"}, follow=True)
+    finally:
+        engine.close()
+
+    assert response.redirect_chain == [(reverse("health:index"), 302)]
+    assert RESET_UNAVAILABLE in [str(m) for m in response.context["messages"]]
+
+
 def test_reset_of_an_untracked_circuit_says_so_and_audits_nothing(admin_client, frozen_engine):
     response = admin_client.post(RESET_URL, {"provider": "openai", "model": "nope"}, headers=HX)
 
