@@ -28,6 +28,7 @@ from alerts.selectors import alert_banner_forget
 from alerts.webhooks import literal_host_refused, webhook_port_usable, webhook_url_redacted, webhook_url_sendable
 from audit.services import audit_changes, audit_record
 from catalog.models import LlmModel, Provider
+from catalog.services import lock_named
 from core.db import write_unique
 from core.errors import ConflictError
 from core.types import Actor
@@ -111,14 +112,17 @@ def _clean(data: RuleInput, *, exclude_rule_id: int | None) -> dict[str, Any]:
         "enabled": bool(data.enabled),
     }
 
+    # The model and the provider named are locked (the model first: docs/decisions.md, "One lock order"): their
+    # rename or delete locks the same row, so it waits for this rule and carries it over (or refuses), or this
+    # waits and finds the old name unknown. Never a rule left naming a name nothing has.
     provider = (data.provider or "").strip() if "provider" in uses else ""
-    if provider and not Provider.objects.filter(name=provider).exists():
-        errors.add("provider", f"Unknown provider “{provider}”.")
-    row["provider"] = provider
     model = (data.model or "").strip()
-    if model and not LlmModel.objects.filter(name=model).exists():
+    if model and lock_named(LlmModel, model) is None:
         errors.add("model", f"Unknown model “{model}”.")
     row["model"] = model
+    if provider and lock_named(Provider, provider) is None:
+        errors.add("provider", f"Unknown provider “{provider}”.")
+    row["provider"] = provider
 
     def param(field: str, label: str, low: float, high: float, *, whole: bool = True) -> None:
         value = getattr(data, field)
@@ -202,10 +206,13 @@ def _lock(rule_id: int) -> AlertRule:
 
 @transaction.atomic
 def alert_rule_update(*, actor: Actor, rule_id: int, data: RuleInput) -> AlertRule:
-    """Replace a rule's fields and audit what changed; disabling it resolves its firing alerts."""
+    """Replace a rule's fields and audit what changed; disabling it resolves its firing alerts.
+
+    The model and provider it names are locked before the rule itself: a rename locks them, then the rules that
+    name them (`alert_rules_renamed`)."""
+    row = _clean(data, exclude_rule_id=rule_id)
     rule = _lock(rule_id)
     before = rule_snapshot(rule)
-    row = _clean(data, exclude_rule_id=rule.pk)
     for field, value in row.items():
         setattr(rule, field, value)
     write_unique(rule.save, field="name", message=_NAME_TAKEN)

@@ -176,7 +176,8 @@ class ApiKey(models.Model):
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     # The secret has 256 bits of entropy, so a fast hash is safe and keeps gateway lookups O(1).
     hashed_secret = models.CharField(max_length=64, unique=True, editable=False)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys")
+    # PROTECT: keys are revoked, never deleted (request logs name them); user_delete refuses such a user first.
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="api_keys")
     team = models.ForeignKey(Team, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys")
     application = models.ForeignKey(
         Application, null=True, blank=True, on_delete=models.SET_NULL, related_name="api_keys"
@@ -200,6 +201,7 @@ class ApiKey(models.Model):
 class ConsoleToken(models.Model):
     """A REST API token for scripts. Like ApiKey, only a SHA-256 of the secret is stored."""
 
+    # CASCADE: a deleted user's tokens go with them; user_delete lists them in its audit event.
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="console_tokens")
     name = models.CharField(max_length=128, validators=[validate_name])
     # Unique: `manage.py revoke_api_token PREFIX` looks a token up by it.

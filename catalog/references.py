@@ -17,6 +17,7 @@ from functools import partial
 from typing import Protocol
 
 from catalog.models import LlmModel, Provider
+from core import db
 from core.types import Actor
 
 
@@ -187,6 +188,14 @@ def model_name_claimed_as(*, name: str) -> str | None:
         if claim.claims(name=name):
             return claim.what
     return None
+
+
+def model_name_lock(*, name: str) -> None:
+    """Lock a name a model or an alias is about to take, until the transaction ends: both writers take it before
+    they check the other table (no constraint spans the two), so two of them cannot both pass. Called before any
+    row lock of the write."""
+    if cleaned := (name or "").strip():
+        db.advisory_lock(f"name:{cleaned}")
 
 
 def reference_label(kind: str) -> str:

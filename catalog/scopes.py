@@ -12,6 +12,7 @@ from django.db import models
 
 from catalog.enums import ScopeType
 from catalog.models import Agent, ApiKey, Application, Team
+from core.db import for_update
 from core.errors import ValidationFailed
 
 
@@ -61,7 +62,10 @@ def scope_validate(*, scope_type: str, scope_id: int | str | None, field: str = 
         ) from None
     model = _target_model(scope_type)
     assert model is not None
-    if not model._default_manager.filter(pk=target_id).exists():
+    # Locked until the transaction ends: the target's delete locks it before its reference check, so it either
+    # waits for this write (and sees the row scoped to it) or this waits and finds the target gone. A scope has
+    # no foreign key to back that up.
+    if for_update(model._default_manager.filter(pk=target_id)).first() is None:
         raise ValidationFailed(
             f"No {scope_type} with id {target_id}.", errors={field: [f"No {scope_type} with id {target_id} exists."]}
         )

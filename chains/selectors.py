@@ -3,6 +3,7 @@
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from django.db import connection
 from django.db.models import OuterRef, Prefetch, Q, QuerySet, Subquery, Value
 from django.db.models.functions import Coalesce
 
@@ -39,11 +40,31 @@ def _with_first_entry_name(qs: QuerySet[FallbackChain]) -> QuerySet[FallbackChai
     return qs.annotate(first_entry_name=Coalesce(Subquery(first), Value("")))
 
 
+def _matching(qs: QuerySet[FallbackChain], words: list[str]) -> QuerySet[FallbackChain]:
+    """The chains of `qs` whose name or source model contains every word, in any case.
+
+    PostgreSQL's icontains compares UPPER() of both sides, Unicode included; SQLite's LIKE folds ASCII letters only
+    ("überlauf" would not find "Überlauf EU"), so there the names are folded in Python (chains are few)."""
+    if not words:
+        return qs
+    if connection.vendor != "sqlite":
+        for word in words:
+            qs = qs.filter(Q(name__icontains=word) | Q(source_model__name__icontains=word))
+        return qs
+    folded = [word.casefold() for word in words]
+    names = FallbackChain.objects.values_list("pk", "name", "source_model__name")
+    return qs.filter(
+        pk__in=[
+            pk
+            for pk, name, source in names
+            if all(word in name.casefold() or word in source.casefold() for word in folded)
+        ]
+    )
+
+
 def chain_list(*, search: str = "", ordering: str = DEFAULT_CHAIN_ORDERING) -> QuerySet[FallbackChain]:
     """Chains matching every word of `search` (name or source model), sorted by `ordering`."""
-    qs = _with_first_entry_name(FallbackChain.objects.all())
-    for word in search.split():
-        qs = qs.filter(Q(name__icontains=word) | Q(source_model__name__icontains=word))
+    qs = _matching(_with_first_entry_name(FallbackChain.objects.all()), search.split())
     key = ordering.lstrip("-")
     fields = CHAIN_ORDERINGS.get(key) or CHAIN_ORDERINGS["created"]
     if key not in CHAIN_ORDERINGS:

@@ -17,7 +17,7 @@ from chains.models import MAX_ENTRIES, ChainEntry, FallbackChain, ResilienceDefa
 from chains.resilience import resilience_validate
 from chains.selectors import chain_get, chain_snapshot, resilience_defaults_effective, resilience_defaults_get
 from core.configbus import config_publish
-from core.db import write_unique
+from core.db import for_update, write_unique
 from core.errors import ConflictError, ValidationFailed
 from core.types import Actor
 from core.validation import FieldErrors, clean_name
@@ -69,12 +69,14 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
     source_name = (data.source_model or "").strip()
     # A name with a control character names nothing (names cannot hold one) and is not looked up: PostgreSQL
     # refuses NUL in text, and the message would show the character.
-    models_by_name = {
-        m.name: m
-        for m in LlmModel.objects.select_related("provider").filter(
-            name__in=_lookup_names([source_name, *[e.model or "" for e in data.entries]])
-        )
-    }
+    # The models and providers named are locked (models first, each in primary key order: docs/decisions.md, "One
+    # lock order"): a delete of one waits for this write and its PROTECT check sees the chain, or this write waits
+    # and finds it gone (a 400, not a foreign key failing at COMMIT); a move of the source's default provider
+    # waits too, so "a chain cannot fall back to itself" holds for the chain saved.
+    named = LlmModel.objects.select_related("provider").filter(
+        name__in=_lookup_names([source_name, *[e.model or "" for e in data.entries]])
+    )
+    models_by_name = {m.name: m for m in for_update(named.order_by("pk"), of=("self",))}
     source = models_by_name.get(source_name)
     if not source_name:
         errors.add("source_model", "Source model is required and cannot be only whitespace.")
@@ -84,7 +86,7 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
         errors.add("source_model", f"Unknown model “{source_name}”.")
 
     provider_names = _lookup_names([e.provider or "" for e in data.entries])
-    providers = {p.name: p for p in Provider.objects.filter(name__in=provider_names)}
+    providers = {p.name: p for p in for_update(Provider.objects.filter(name__in=provider_names).order_by("pk"))}
 
     if not data.entries:
         errors.add("entries", "A chain needs at least one entry.")

@@ -1,12 +1,14 @@
 """Saving rows whose uniqueness the services checked first; deleting many rows in bounded batches; reading a
-column's distinct values off its index.
+column's distinct values off its index; a lock on a name for the rest of a transaction.
 
 A service validates a unique field (a name, a source model in a scope) before it saves, but two
 concurrent writes can both pass that check; the database constraint then refuses the second. The
 caller gets the same field error a sequential write would have given, never a 500.
 """
 
+import hashlib
 from collections.abc import Callable
+from typing import Any
 
 from django.db import IntegrityError, connection, models, transaction
 
@@ -31,6 +33,14 @@ def write_unique[T](write: Callable[[], T], *, field: str, message: str) -> T:
             return write()
     except IntegrityError:
         raise unique_violation(field, message) from None
+
+
+def for_update[M: models.Model](queryset: models.QuerySet[M], **kwargs: Any) -> models.QuerySet[M]:
+    """`queryset.select_for_update(**kwargs)` inside a transaction; as it is outside one (a form's validation that
+    writes nothing reads without locking: PostgreSQL refuses FOR UPDATE in autocommit)."""
+    if transaction.get_connection().in_atomic_block:
+        return queryset.select_for_update(**kwargs)
+    return queryset
 
 
 # Rows one retention statement deletes: short enough that SQLite's write lock (embedded mode: the gateway's log
@@ -75,3 +85,23 @@ def distinct_values(model: type[models.Model], field: str) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(sql)
         return [row[0] for row in cursor.fetchall()]
+
+
+# The first key of every advisory_lock (PostgreSQL's two-key form, which never meets a one-key lock such as the
+# audit log's).
+_NAMED_LOCKS = 0x6E616D65
+
+
+def advisory_lock(key: str) -> None:
+    """Hold a lock on `key` until the current transaction ends, for an invariant no constraint can hold (one name
+    across two tables, say): every writer that checks it takes the lock first.
+
+    PostgreSQL: pg_advisory_xact_lock on a 32-bit hash of `key` (two keys sharing a hash only wait on each other).
+    SQLite: nothing, its writers are serialised already (transactions are IMMEDIATE)."""
+    if not transaction.get_connection().in_atomic_block:
+        raise RuntimeError("advisory_lock must run inside a transaction")
+    if connection.vendor != "postgresql":
+        return
+    digest = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big", signed=True)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_NAMED_LOCKS, digest])

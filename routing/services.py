@@ -10,8 +10,9 @@ from django.db import models, transaction
 from audit.services import audit_changes, audit_record
 from catalog.enums import ScopeType
 from catalog.models import LlmModel
+from catalog.references import model_name_lock
 from catalog.scopes import Scope, scope_validate
-from catalog.services import name_checked, named
+from catalog.services import lock_all_named, lock_named, name_checked, named
 from core.configbus import config_publish
 from core.db import save_unique
 from core.errors import ConflictError, ValidationFailed
@@ -63,7 +64,7 @@ def _model_named(errors: FieldErrors, field_name: str, value: str | None, *, lab
     if not name:
         errors.add(field_name, f"{label} is required and cannot be only whitespace.")
         return None
-    model = LlmModel.objects.filter(name=name).first()
+    model = lock_named(LlmModel, name)
     if model is None:
         errors.add(field_name, f"Unknown model “{name}”.")
     return model
@@ -73,6 +74,9 @@ def _routing_rule_validate(data: RoutingRuleInput, *, exclude_pk: int | None) ->
     """Check every rule and collect all field errors before raising."""
     errors = FieldErrors()
     name = clean_name(errors, data.name, max_length=RULE_NAME_MAX, label="Rule name")
+    # The models are locked as they are resolved (a delete waits, or this finds the model gone); both first, in
+    # primary key order.
+    lock_all_named(LlmModel, data.source_model, data.target_model)
     source = _model_named(errors, "source_model", data.source_model, label="Source model")
     target = _model_named(errors, "target_model", data.target_model, label="Target model")
     if source is not None and target is not None and source.pk == target.pk:
@@ -199,6 +203,7 @@ _ALIAS_TAKEN = "Another alias with this name was saved at the same time; choose 
 @transaction.atomic
 def alias_create(*, actor: Actor, data: AliasInput) -> Alias:
     """Create an alias naming a catalog model; its name must not be a model's name."""
+    model_name_lock(name=data.name)
     alias = Alias(**_alias_validate(data, exclude_pk=None))
     save_unique(alias, field="name", message=_ALIAS_TAKEN)
     audit_record(
@@ -216,6 +221,7 @@ def alias_create(*, actor: Actor, data: AliasInput) -> Alias:
 @transaction.atomic
 def alias_update(*, actor: Actor, alias: Alias, data: AliasInput) -> Alias:
     """Rename an alias or point it at another model. An alias deleted meanwhile is a ConflictError."""
+    model_name_lock(name=data.name)  # before any row lock
     alias = _stored(alias, what="alias", related=("model",))
     fields = _alias_validate(data, exclude_pk=alias.pk)
     before = _alias_snapshot(alias)
@@ -277,7 +283,7 @@ def _guardrail_snapshot(guardrail: Guardrail) -> dict[str, Any]:
 
 
 def _model_or_none(name: str) -> LlmModel | None:
-    return LlmModel.objects.filter(name=name).first()
+    return lock_named(LlmModel, name)
 
 
 def _guardrail_validate(data: GuardrailInput, *, exclude_pk: int | None) -> dict[str, Any]:
@@ -286,6 +292,7 @@ def _guardrail_validate(data: GuardrailInput, *, exclude_pk: int | None) -> dict
     name = clean_name(errors, data.name, max_length=GUARDRAIL_NAME_MAX, label="Guardrail name")
     if data.action not in GuardrailAction.values:
         errors.add("action", f"Action must be one of: {', '.join(GuardrailAction.values)}.")
+    lock_all_named(LlmModel, data.model, data.target_model)  # both first, in primary key order
     model = named(errors, "model", data.model, label="model", lookup=_model_or_none)
     target = named(errors, "target_model", data.target_model, label="model", lookup=_model_or_none)
     message = (data.message or "").strip()

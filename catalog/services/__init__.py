@@ -1,7 +1,7 @@
 """Writes of catalog objects, one module per entity. Each service is one transaction and writes its audit
 event inside it. Every public name is re-exported here: callers import from `catalog.services`."""
 
-from catalog.services._shared import name_checked, named
+from catalog.services._shared import lock_all_named, lock_named, name_checked, named
 from catalog.services.keys import (
     ApiKeyInput,
     CreatedKey,
@@ -76,6 +76,8 @@ __all__ = [
     "llm_model_delete",
     "llm_model_update",
     "llm_model_validate",
+    "lock_all_named",
+    "lock_named",
     "name_checked",
     "named",
     "provider_create",

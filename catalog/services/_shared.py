@@ -3,13 +3,14 @@
 from collections.abc import Callable
 from typing import Any
 
-from django.db import models, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models.deletion import ProtectedError
 from django.utils import timezone
 
 from audit.services import audit_changes, audit_record
+from catalog.keys import key_generate
 from catalog.references import reference_label
-from core.db import save_unique
+from core.db import for_update, save_unique
 from core.errors import ConflictError
 from core.types import Actor
 from core.validation import FieldErrors
@@ -48,6 +49,37 @@ def named(errors: FieldErrors, field_name: str, value: str | None, *, label: str
     if found is None:
         errors.add(field_name, f"Unknown {label} “{name}”.")
     return found
+
+
+def lock_stored[M: models.Model](obj: M, *, what: str, related: tuple[str, ...] = ()) -> M:
+    """The row as stored, locked until the transaction ends; a row deleted meanwhile is a ConflictError.
+
+    A delete locks the row it deletes before its reference check: a write that names the row locks it too
+    (`lock_named`), so it either waits for the delete and finds the row gone, or the check sees its reference."""
+    # of=self: only this row, not the rows select_related joins (PostgreSQL cannot lock a nullable join's side).
+    rows = type(obj)._default_manager.select_for_update(of=("self",))
+    if related:  # select_related() with no names would join every relation
+        rows = rows.select_related(*related)
+    stored = rows.filter(pk=obj.pk).first()
+    if stored is None:
+        raise ConflictError(f"{what} no longer exists; it was deleted by someone else.")
+    return stored
+
+
+def lock_named[M: models.Model](model: type[M], name: object, *, field: str = "name") -> M | None:
+    """The row of `model` called `name`, locked until the transaction ends (None when there is none).
+
+    A write that will name the row (a foreign key, or its name as text) resolves it so: a concurrent delete or
+    rename of it locks the same row, so one waits for the other (see docs/decisions.md, "One lock order")."""
+    return for_update(model._default_manager.filter(**{field: name})).first()
+
+
+def lock_all_named(model: type[models.Model], *names: str | None) -> None:
+    """Lock the rows of `model` with these names (blank ones skipped) in primary key order, as every write that
+    locks several rows of one table does: two writes naming the same two rows cannot each hold one."""
+    wanted = {n for n in ((name or "").strip() for name in names) if n}
+    if len(wanted) > 1:
+        list(for_update(model._default_manager.filter(name__in=wanted).order_by("pk")).values_list("pk"))
 
 
 def refuse_if_referenced(what: str, refs: dict[str, list[str]]) -> None:
@@ -108,3 +140,24 @@ def revoke_once(*, actor: Actor, obj: models.Model, object_type: str) -> bool:
             after={"revoked_at": getattr(obj, "revoked_at")},  # noqa: B009 - any model with revoked_at
         )
     return bool(updated)
+
+
+# Draws of a new key's secret before its prefix collision is an error: 32 random bits each, so with n keys
+# stored a draw collides with probability n / 2**32 (about one issue in 43,000 at 100,000 keys).
+KEY_DRAWS = 5
+
+
+def create_with_fresh_prefix[M: models.Model](model: type[M], *, key_prefix: str, **fields: Any) -> tuple[M, str]:
+    """Create a gateway key or a console token with a new secret: (the row, the secret shown once).
+
+    The visible prefix ("cp-" and 8 hex digits) is unique; one another row has already is drawn again, with a
+    fresh secret, in a savepoint (up to KEY_DRAWS times), not a 500. The format stays as it was."""
+    for draw in range(1, KEY_DRAWS + 1):
+        secret, prefix, hashed = key_generate(key_prefix)
+        try:
+            with transaction.atomic():
+                return model._default_manager.create(prefix=prefix, hashed_secret=hashed, **fields), secret
+        except IntegrityError:
+            if draw == KEY_DRAWS or not model._default_manager.filter(prefix=prefix).exists():
+                raise
+    raise AssertionError("unreachable")

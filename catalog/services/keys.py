@@ -3,13 +3,14 @@
 from dataclasses import dataclass
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from audit.services import audit_record
-from catalog.keys import key_generate
+from catalog.keys import KEY_PREFIX
 from catalog.models import Agent, ApiKey, Application, Team
 from catalog.selectors import user_by_username
-from catalog.services._shared import audit_update, named, revoke_once
+from catalog.services._shared import audit_update, create_with_fresh_prefix, lock_named, named, revoke_once
 from core.configbus import config_publish
 from core.types import Actor
 from core.validation import FieldErrors
@@ -74,16 +75,24 @@ def api_key_validate(*, name: str, user: Any) -> None:
 
 def _api_key_fields(errors: FieldErrors, data: ApiKeyInput) -> dict[str, Any]:
     name = _api_key_name_checked(errors, data.name)
-    team = named(errors, "team", data.team, label="team", lookup=lambda n: Team.objects.filter(name=n).first())
+    # Locked, in the order team, application, agent (that of their deletes' locks): a delete of one of them
+    # waits for this write and sees the key (SET_NULL), or this write waits and finds it gone.
+    team = named(errors, "team", data.team, label="team", lookup=lambda n: lock_named(Team, n))
     application = named(
-        errors,
-        "application",
-        data.application,
-        label="application",
-        lookup=lambda n: Application.objects.filter(name=n).first(),
+        errors, "application", data.application, label="application", lookup=lambda n: lock_named(Application, n)
     )
-    agent = named(errors, "agent", data.agent, label="agent", lookup=lambda n: Agent.objects.filter(name=n).first())
+    agent = named(errors, "agent", data.agent, label="agent", lookup=lambda n: lock_named(Agent, n))
     return {"name": name, "team": team, "application": application, "agent": agent}
+
+
+def _still_there[M: (Team, Application, Agent)](errors: FieldErrors, field: str, row: M | None) -> M | None:
+    """`row` as stored, locked; None (and a field error) when it was deleted meanwhile."""
+    if row is None:
+        return None
+    stored = lock_named(type(row), row.pk, field="pk")
+    if stored is None:
+        errors.add(field, f"The {field} “{row.name}” no longer exists.")
+    return stored
 
 
 @transaction.atomic
@@ -99,11 +108,18 @@ def api_key_create(
     """Issue a gateway key to an active user; only its hash is stored, the secret is returned once."""
     errors = FieldErrors()
     name = _api_key_name_checked(errors, name)
+    # Locked in the order team, application, agent, owner (that of their deletes): a delete waits for this key
+    # and detaches it (SET_NULL) or, for the owner, refuses (ApiKey.user is PROTECT); or this waits and finds the
+    # row gone (400), rather than a foreign key failing at COMMIT.
+    team = _still_there(errors, "team", team)
+    application = _still_there(errors, "application", application)
+    agent = _still_there(errors, "agent", agent)
+    if user is not None:
+        user = lock_named(get_user_model(), user.pk, field="pk")
     _api_key_owner_checked(errors, user)
     errors.raise_if_any()
-    secret, prefix, hashed = key_generate()
-    key = ApiKey.objects.create(
-        name=name, prefix=prefix, hashed_secret=hashed, user=user, team=team, application=application, agent=agent
+    key, secret = create_with_fresh_prefix(
+        ApiKey, key_prefix=KEY_PREFIX, name=name, user=user, team=team, application=application, agent=agent
     )
     audit_record(
         actor=actor,

@@ -10,9 +10,23 @@ from django.db import transaction
 from audit.services import audit_record
 from catalog.enums import Capability
 from catalog.models import LlmModel, Provider
-from catalog.references import model_name_claimed_as, model_references, model_renamed, provider_move_problems
+from catalog.references import (
+    model_name_claimed_as,
+    model_name_lock,
+    model_references,
+    model_renamed,
+    provider_move_problems,
+)
 from catalog.selectors import providers_deploying
-from catalog.services._shared import audit_update, delete_checked, name_checked, refuse_if_referenced, save_named
+from catalog.services._shared import (
+    audit_update,
+    delete_checked,
+    lock_named,
+    lock_stored,
+    name_checked,
+    refuse_if_referenced,
+    save_named,
+)
 from core.configbus import config_publish
 from core.types import Actor
 from core.validation import FieldErrors
@@ -55,7 +69,8 @@ def _llm_model_validate(data: LlmModelInput, *, exclude_pk: int | None) -> dict[
         # Clients could not tell the alias from the model.
         errors.add("name", f"“{name}” is already {what}; choose another name.")
     provider_name = (data.provider or "").strip()
-    provider = Provider.objects.filter(name=provider_name).first() if provider_name else None
+    # Locked: a provider deleted meanwhile waits for this write, then its PROTECT check sees the model.
+    provider = lock_named(Provider, provider_name) if provider_name else None
     if not provider_name:
         errors.add("provider", "Provider is required.")
     elif provider is None:
@@ -101,6 +116,7 @@ def llm_model_validate(*, data: LlmModelInput, model: LlmModel | None = None) ->
 @transaction.atomic
 def llm_model_create(*, actor: Actor, data: LlmModelInput) -> LlmModel:
     """Add a model to the catalog."""
+    model_name_lock(name=data.name)
     model = LlmModel(**_llm_model_validate(data, exclude_pk=None))
     save_named(model, label="Model")
     audit_record(
@@ -117,7 +133,12 @@ def llm_model_create(*, actor: Actor, data: LlmModelInput) -> LlmModel:
 
 @transaction.atomic
 def llm_model_update(*, actor: Actor, model: LlmModel, data: LlmModelInput) -> LlmModel:
-    """Replace a model's fields."""
+    """Replace a model's fields. A model deleted meanwhile is a ConflictError.
+
+    The stored row is locked before anything is checked (after the new name's lock, which comes first): a chain
+    that names the model locks it too, so a provider move and a chain cannot both pass their checks."""
+    model_name_lock(name=data.name)
+    model = lock_stored(model, what=f"Model “{model.name}”", related=("provider",))
     fields = _llm_model_validate(data, exclude_pk=model.pk)
     before = _llm_model_snapshot(model)
     old_name = model.name
@@ -140,12 +161,11 @@ def _deployments_rename(*, actor: Actor, old: str, new: str) -> Callable[[], Non
 
     Locks the providers (read again under the lock: a provider PATCH in flight would otherwise overwrite the
     change, or be overwritten); the function returned moves and audits (as `catalog.references`' renames)."""
+    # The model is locked already: a provider write naming it in its deployments locks it first, so none is in
+    # flight. Several rows of one table are locked in primary key order, as everywhere.
     deploying = [provider.pk for provider in providers_deploying(model_name=old)]
-    providers = [
-        provider
-        for provider in Provider.objects.select_for_update().filter(pk__in=deploying).order_by("name")
-        if old in (provider.deployments or {})
-    ]
+    locked = Provider.objects.select_for_update().filter(pk__in=deploying).order_by("pk")
+    providers = sorted((p for p in locked if old in (p.deployments or {})), key=lambda p: p.name)
 
     def move() -> None:
         for provider in providers:
@@ -167,7 +187,11 @@ def _deployments_rename(*, actor: Actor, old: str, new: str) -> Callable[[], Non
 
 @transaction.atomic
 def llm_model_delete(*, actor: Actor, model: LlmModel) -> None:
-    """Delete a model no chain, routing rule, guardrail or alias uses (ConflictError names them otherwise)."""
+    """Delete a model no chain, routing rule, guardrail or alias uses (ConflictError names them otherwise).
+
+    The row is locked before the check: a write that names the model locks it too, so it commits first (and the
+    check sees it) or waits and finds the model gone."""
+    model = lock_stored(model, what=f"Model “{model.name}”", related=("provider",))
     refuse_if_referenced(f"Model “{model.name}”", model_references(model=model))
     snapshot, pk = _llm_model_snapshot(model), model.pk
     delete_checked(model, what=f"Model “{model.name}”")

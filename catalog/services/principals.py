@@ -1,5 +1,6 @@
 """Writes of teams, applications and agents: the targets gateway keys and scopes name."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -7,32 +8,54 @@ from django.db import transaction
 
 from audit.services import audit_record
 from catalog.enums import ScopeType
-from catalog.models import Agent, Application, Team
+from catalog.models import Agent, ApiKey, Application, Team
 from catalog.references import scope_references
 from catalog.services._shared import (
     audit_update,
     delete_checked,
+    lock_named,
+    lock_stored,
     name_checked,
     named,
     refuse_if_referenced,
     save_named,
 )
 from core.configbus import config_publish
+from core.db import for_update
 from core.types import Actor
 from core.validation import FieldErrors
 
 
-def _scoped_target_delete(
+def _detached(obj: Team | Application | Agent) -> dict[str, list[str]]:
+    """What deleting `obj` detaches (its foreign keys are SET_NULL): the applications of a team, the agents of an
+    application, the gateway keys of any of them. Locked (after `obj`, in primary key order) so the list is what
+    the delete changes; the delete's audit event records it, as the rows' own trail does not."""
+    detached: dict[str, list[str]] = {}
+    if isinstance(obj, Team):
+        detached["applications"] = [a.name for a in for_update(obj.applications.order_by("pk"))]
+    if isinstance(obj, Application):
+        detached["agents"] = [a.name for a in for_update(obj.agents.order_by("pk"))]
+    field = {Team: "team", Application: "application", Agent: "agent"}[type(obj)]
+    keys = for_update(ApiKey.objects.filter(**{field: obj}).order_by("pk"))
+    detached["api_keys"] = [str(key) for key in keys]
+    return {kind: sorted(names) for kind, names in detached.items() if names}
+
+
+def _scoped_target_delete[T: (Team, Application, Agent)](
     *,
     actor: Actor,
-    obj: Team | Application | Agent,
+    obj: T,
     scope_type: str,
     object_type: str,
     label: str,
-    snapshot: dict[str, Any],
+    snapshot: Callable[[T], dict[str, Any]],
 ) -> None:
     what = f"{label} “{obj.name}”"
+    # Locked before the check: a chain, rule or guardrail scoped to it locks it too (catalog.scopes), so it either
+    # committed before (the check sees it) or waits and finds the target gone.
+    obj = lock_stored(obj, what=what)
     refuse_if_referenced(what, scope_references(scope_type=scope_type, scope_id=obj.pk))
+    before = {**snapshot(obj), **_detached(obj)}
     pk = obj.pk
     delete_checked(obj, what=what)
     audit_record(
@@ -40,8 +63,8 @@ def _scoped_target_delete(
         action=f"{object_type}.delete",
         object_type=object_type,
         object_id=pk,
-        object_repr=snapshot["name"],
-        before=snapshot,
+        object_repr=before["name"],
+        before=before,
     )
     transaction.on_commit(config_publish)
 
@@ -100,14 +123,15 @@ def team_update(*, actor: Actor, team: Team, data: TeamInput) -> Team:
 
 @transaction.atomic
 def team_delete(*, actor: Actor, team: Team) -> None:
-    """Delete a team no chain, routing rule or guardrail is scoped to; its applications and keys lose the team."""
+    """Delete a team no chain, routing rule or guardrail is scoped to; its applications and keys lose the team
+    (the audit event names them)."""
     _scoped_target_delete(
         actor=actor,
         obj=team,
         scope_type=ScopeType.TEAM,
         object_type="team",
         label="Team",
-        snapshot=_team_snapshot(team),
+        snapshot=_team_snapshot,
     )
 
 
@@ -128,7 +152,7 @@ def _application_validate(data: ApplicationInput, *, exclude_pk: int | None) -> 
     errors = FieldErrors()
     taken = Application.objects.exclude(pk=exclude_pk) if exclude_pk else Application.objects.all()
     name = name_checked(errors, data.name, label="Application", max_length=128, taken=taken)
-    team = named(errors, "team", data.team, label="team", lookup=lambda n: Team.objects.filter(name=n).first())
+    team = named(errors, "team", data.team, label="team", lookup=lambda n: lock_named(Team, n))
     errors.raise_if_any()
     return {"name": name, "team": team}
 
@@ -181,7 +205,7 @@ def application_delete(*, actor: Actor, application: Application) -> None:
         scope_type=ScopeType.APPLICATION,
         object_type="application",
         label="Application",
-        snapshot=_application_snapshot(application),
+        snapshot=_application_snapshot,
     )
 
 
@@ -207,7 +231,7 @@ def _agent_validate(data: AgentInput, *, exclude_pk: int | None) -> dict[str, An
         "application",
         data.application,
         label="application",
-        lookup=lambda n: Application.objects.filter(name=n).first(),
+        lookup=lambda n: lock_named(Application, n),
     )
     errors.raise_if_any()
     return {"name": name, "application": application}
@@ -255,5 +279,5 @@ def agent_delete(*, actor: Actor, agent: Agent) -> None:
         scope_type=ScopeType.AGENT,
         object_type="agent",
         label="Agent",
-        snapshot=_agent_snapshot(agent),
+        snapshot=_agent_snapshot,
     )

@@ -12,8 +12,16 @@ from catalog.enums import Protocol
 from catalog.models import LlmModel, Provider, base_url_problem
 from catalog.references import provider_references, provider_renamed
 from catalog.selectors import models_of_provider
-from catalog.services._shared import audit_update, delete_checked, name_checked, refuse_if_referenced, save_named
+from catalog.services._shared import (
+    audit_update,
+    delete_checked,
+    lock_stored,
+    name_checked,
+    refuse_if_referenced,
+    save_named,
+)
 from core.configbus import config_publish
+from core.db import for_update
 from core.types import Actor
 from core.validation import FieldErrors
 from core.validators import SECRET_CONTROL_CHARACTERS_MESSAGE, has_control_characters
@@ -143,7 +151,10 @@ def _deployments_checked(errors: FieldErrors, value: object) -> dict[str, str]:
             errors.add("deployments", problem)
             return {}
     cleaned = {model.strip(): deployment.strip() for model, deployment in value.items()}
-    known = set(LlmModel.objects.filter(name__in=cleaned).values_list("name", flat=True))
+    # Locked (in primary key order), before the provider row itself: a rename or a delete of a model locks it
+    # first, so the deployment either waits and finds the new name refused, or the rename carries it over.
+    named = for_update(LlmModel.objects.filter(name__in=cleaned).order_by("pk"))
+    known = {model.name for model in named}
     if unknown := [m for m in cleaned if m not in known]:
         names = ", ".join(f"“{m}”" for m in unknown)
         errors.add(
@@ -200,7 +211,9 @@ def provider_update(*, actor: Actor, provider: Provider, data: ProviderInput, ap
 
 @transaction.atomic
 def provider_delete(*, actor: Actor, provider: Provider) -> None:
-    """Delete a provider that no chain or model uses (ConflictError names them otherwise)."""
+    """Delete a provider that no chain or model uses (ConflictError names them otherwise). The row is locked
+    before the check, as a model's delete locks its own."""
+    provider = lock_stored(provider, what=f"Provider “{provider.name}”")
     refs = provider_references(provider=provider)
     if model_names := models_of_provider(provider=provider):
         refs["models"] = model_names

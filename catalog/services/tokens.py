@@ -2,12 +2,13 @@
 
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
 
 from audit.services import audit_record
-from catalog.keys import CONSOLE_TOKEN_PREFIX, key_generate
+from catalog.keys import CONSOLE_TOKEN_PREFIX
 from catalog.models import ConsoleToken
-from catalog.services._shared import revoke_once
+from catalog.services._shared import create_with_fresh_prefix, lock_named, revoke_once
 from core.types import Actor
 from core.validation import FieldErrors
 from core.validators import CONTROL_CHARACTERS_MESSAGE, has_control_characters
@@ -29,9 +30,12 @@ def console_token_create(*, actor: Actor, user: Any, name: str) -> tuple[Console
         errors.add("name", CONTROL_CHARACTERS_MESSAGE)
     elif len(name) > 128:
         errors.add("name", "Token name is at most 128 characters.")
+    # Locked: user_delete locks the user first, so the tokens its audit event lists are the ones it deletes.
+    owner = lock_named(get_user_model(), user.pk, field="pk")
+    if owner is None:
+        errors.add("user", "This user no longer exists; it was deleted by someone else.")
     errors.raise_if_any()
-    secret, prefix, hashed = key_generate(CONSOLE_TOKEN_PREFIX)
-    token = ConsoleToken.objects.create(user=user, name=name, prefix=prefix, hashed_secret=hashed)
+    token, secret = create_with_fresh_prefix(ConsoleToken, key_prefix=CONSOLE_TOKEN_PREFIX, user=owner, name=name)
     audit_record(
         actor=actor,
         action="console_token.create",

@@ -6,10 +6,12 @@ from django.db import transaction
 
 from audit.services import audit_record
 from catalog.enums import ScopeType
+from catalog.models import ConsoleToken
 from catalog.references import scope_references
 from catalog.selectors import api_keys_of_user, api_keys_usable_count
-from catalog.services._shared import delete_checked, refuse_if_referenced
+from catalog.services._shared import delete_checked, lock_stored, refuse_if_referenced
 from core.configbus import config_publish
+from core.db import for_update
 from core.errors import ConflictError
 from core.types import Actor
 
@@ -18,10 +20,16 @@ from core.types import Actor
 def user_delete(*, actor: Actor, user: Any) -> None:
     """Delete a user no chain, routing rule or guardrail is scoped to and who owns no gateway key.
 
-    Keys are revoked, never deleted (request logs name them), and deleting a user would delete theirs:
-    such a user is deactivated instead.
+    Keys are revoked, never deleted (request logs name them): such a user is deactivated instead, and the
+    database refuses the delete too (ApiKey.user is PROTECT). The user's console API tokens are deleted with
+    them, listed in the audit event.
+
+    The user is locked before the checks: issuing a key or a token, or scoping a chain, rule or guardrail to
+    the user, locks the user too, so that write committed first (and the checks see it) or waits and finds the
+    user gone.
     """
     what = f"User “{user.get_username()}”"
+    user = lock_stored(user, what=what)
     refuse_if_referenced(what, scope_references(scope_type=ScopeType.USER, scope_id=user.pk))
     if keys := api_keys_of_user(user=user):
         raise ConflictError(
@@ -37,6 +45,8 @@ def user_delete(*, actor: Actor, user: Any) -> None:
         "is_superuser": user.is_superuser,
         "groups": sorted(user.groups.values_list("name", flat=True)),
     }
+    if tokens := [str(t) for t in for_update(ConsoleToken.objects.filter(user_id=user.pk).order_by("pk"))]:
+        snapshot["console_tokens"] = sorted(tokens)  # deleted with the user (CASCADE)
     pk = user.pk
     delete_checked(user, what=what)
     audit_record(
