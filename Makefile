@@ -8,6 +8,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 HOST ?= 127.0.0.1
 PORT ?= 8000
+SIM_PORT ?= 8001
 
 # Tests use the local PostgreSQL and Redis unless told otherwise (CI exports these too).
 TEST_DATABASE_URL ?= postgres://root@127.0.0.1:5432/controlplane
@@ -37,10 +38,11 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt
 
 venv: $(VENV)/.installed
 
+# SIM_PORT moves the simulator; SIMULATOR_URL (where the demo providers are seeded to point) follows it.
 run: venv
 	$(PY) manage.py migrate --noinput
-	$(PY) manage.py seed_demo
-	$(PY) manage.py run_embedded --host $(HOST) --port $(PORT)
+	SIMULATOR_URL=http://127.0.0.1:$(SIM_PORT) $(PY) manage.py seed_demo
+	SIMULATOR_URL=http://127.0.0.1:$(SIM_PORT) $(PY) manage.py run_embedded --host $(HOST) --port $(PORT) --simulator-port $(SIM_PORT)
 
 # The two passes run side by side: they share no database, and only the PostgreSQL pass sets REDIS_URL (its
 # production-mode keys); each Redis contract test uses keys of its own. Much of each pass waits on sockets and

@@ -30,6 +30,7 @@ is kept per provider in `Simulator.arrivals`, its body in `last_bodies`, its hea
 import asyncio
 import json
 import logging
+import math
 import re
 import socket
 import struct
@@ -66,6 +67,8 @@ MODES = (
 _STR_FIELDS = ("mode", "retry_after", "error_code")
 _JSON = [(b"content-type", b"application/json")]
 _SSE = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+# `hang` and `stall` wait for the client's disconnect in slices of this many seconds, without end.
+_HOLD_SLICE = 600.0
 
 
 class DropConnection(Exception):
@@ -103,16 +106,18 @@ class Behaviour:
 
     @classmethod
     def from_name(cls, name: str) -> "Behaviour":
+        """The behaviour a provider name asks for; a name whose argument is not a valid value of its field
+        (`fail-700`, `slow-nan`, `midstream--1`) is an ordinary name, like `fail-abc`: it answers `ok`."""
         kind, _, arg = name.partition("-")
         try:
             if kind == "fail" and arg:
-                return cls(mode="status", status=int(arg))
+                return cls().updated({"mode": "status", "status": int(arg)})
             if kind == "slow" and arg:
-                return cls(latency_ms=float(arg))
+                return cls().updated({"latency_ms": float(arg)})
             if kind == "midstream" and arg:
-                return cls(mode="midstream", fail_after_chunks=int(arg))
+                return cls().updated({"mode": "midstream", "fail_after_chunks": int(arg)})
             if kind == "flaky" and arg:
-                return cls(mode="flaky", fail_rate=float(arg) / 100)
+                return cls().updated({"mode": "flaky", "fail_rate": float(arg) / 100})
         except ValueError:
             return cls()
         if name in ("hang", "close", "nodone", "badusage"):
@@ -133,20 +138,76 @@ class Behaviour:
         return replace(self, mode="ok", first_token_ms=0.0, retry_after="", error_code="")
 
 
+# The range of each numeric field (inclusive; None: no upper bound); a value outside it is a 400, as is a
+# wrongly typed one. The integral fields take whole numbers only (3.0 is 3, 2.7 is refused).
+_RANGES: dict[str, tuple[float, float | None]] = {
+    "status": (100, 599),
+    "chunks": (0, None),
+    "fail_after_chunks": (0, None),
+    "fail_first": (0, None),
+    "latency_ms": (0, None),
+    "chunk_delay_ms": (0, None),
+    "first_token_ms": (0, None),
+    "fail_rate": (0, 1),
+    "down_until": (0, None),
+}
+_INTEGRAL = frozenset({"status", "chunks", "fail_after_chunks", "fail_first"})
+# Control characters (C0 and DEL) have no place in a header value or an error code.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _clean(name: str, kind: Any, value: Any) -> Any:
+    """`value` for field `name` (of type `kind`) as the behaviour keeps it; ValueError when it is not one."""
     if kind in (bool, "bool"):
         if not isinstance(value, bool):
             raise ValueError(f"{name} must be true or false")
         return value
     if name in _STR_FIELDS:
-        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-            raise ValueError(f"{name} must be a string")
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        return str(value)
-    if isinstance(value, bool):
+        return _clean_str(name, value)
+    number = _finite(name, value)
+    if name in _INTEGRAL and not number.is_integer():
+        raise ValueError(f"{name} must be an integer")
+    low, high = _RANGES[name]
+    if high is not None and not low <= number <= high:
+        raise ValueError(f"{name} must be between {low:g} and {high:g}")
+    if number < low:
+        raise ValueError(f"{name} must be at least {low:g}")
+    return int(number) if name in _INTEGRAL else number
+
+
+def _finite(name: str, value: Any) -> float:
+    """A JSON number (not a string, not a boolean) as a finite float; ValueError otherwise (NaN, Infinity,
+    1e999, an integer too large for a float)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ValueError(f"{name} must be a number")
-    return int(value) if kind in (int, "int") else float(value)
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be a finite number")
+    return number
+
+
+def _clean_str(name: str, value: Any) -> str:
+    """A string field; `retry_after` also takes a JSON number of seconds (3 and 3.0 both become "3")."""
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise ValueError(f"{name} must be a string")
+    if isinstance(value, str):
+        text = value
+    else:
+        try:
+            seconds = _finite(name, value)
+        except ValueError:
+            seconds = -1.0
+        if seconds < 0:
+            raise ValueError(f"{name} must be a string or a finite number of seconds at least 0")
+        text = str(int(seconds)) if seconds.is_integer() else str(seconds)
+    if _CONTROL.search(text):
+        raise ValueError(f"{name} must not contain control characters")
+    if name == "retry_after" and not text.isascii():
+        raise ValueError(f"{name} must be ASCII (it is sent as a header)")
+    return text
 
 
 class Simulator:
@@ -289,41 +350,50 @@ class Simulator:
         await _json(send, 200, dialect.completion(call), first_byte_ms=b.first_token_ms)
 
     async def _hold(self, name: str, receive: Receive) -> None:
-        """Keep the socket open, sending nothing, until the client goes away."""
-        if await _wait_disconnect(receive, limit=600):
-            self.abandoned[name] += 1
+        """Keep the socket open, sending nothing, until the client goes away, however long that takes."""
+        while not await _wait_disconnect(receive, limit=_HOLD_SLICE):
+            pass
+        self.abandoned[name] += 1
 
     async def _stream(self, call: "_Call", stream: "_Stream", receive: Receive, send: Send) -> None:
-        """Send a stream's events, with the behaviour's fault at event index `fail_after_chunks`."""
-        b, n = call.behaviour, call.behaviour.fail_after_chunks
+        """Send a stream's events with the behaviour's fault after the first N of them (N: `fail_after_chunks`,
+        counting the events this stream sends, whatever a prefill skipped); when the stream has N events or
+        fewer, the fault comes at its end, before the final chunk."""
+        b = call.behaviour
+        fault_at = min(b.fail_after_chunks, len(stream.events))
         await send({"type": "http.response.start", "status": 200, "headers": _SSE})
         if b.first_token_ms:
             await asyncio.sleep(b.first_token_ms / 1000)
-        for position, (i, event) in enumerate(stream.events):
-            if b.mode == "midstream" and i >= n:
-                raise DropConnection
-            if b.mode == "stall" and i >= n:
-                await self._hold(call.name, receive)
+        for position, event in enumerate([*stream.events, None]):
+            if position == fault_at and await self._fault(call, stream, receive, send):
                 return
-            if b.mode == "error_event" and i >= n:
-                await send({"type": "http.response.body", "body": stream.error, "more_body": False})
-                return
-            if b.mode == "malformed" and i == n:
-                await send({"type": "http.response.body", "body": stream.malformed, "more_body": True})
+            if event is None:
+                break
             await send({"type": "http.response.body", "body": event, "more_body": True})
             gate = self.gates.get(call.name)
             if position == 0 and gate is not None:
                 await asyncio.to_thread(gate.wait, 30)
             if b.chunk_delay_ms:
                 await asyncio.sleep(b.chunk_delay_ms / 1000)
-        if b.mode == "midstream":
-            raise DropConnection
-        if b.mode == "error_event":
-            await send({"type": "http.response.body", "body": stream.error, "more_body": False})
-            return
         self.completed_streams[call.name] += 1
         done = b"" if b.mode == "nodone" else stream.done
         await send({"type": "http.response.body", "body": stream.tail + done, "more_body": False})
+
+    async def _fault(self, call: "_Call", stream: "_Stream", receive: Receive, send: Send) -> bool:
+        """The stream fault, once N events went out: True when it ended the stream (`malformed` sends its
+        event and lets the stream go on)."""
+        mode = call.behaviour.mode
+        if mode == "midstream":
+            raise DropConnection
+        if mode == "stall":
+            await self._hold(call.name, receive)
+            return True
+        if mode == "error_event":
+            await send({"type": "http.response.body", "body": stream.error, "more_body": False})
+            return True
+        if mode == "malformed":
+            await send({"type": "http.response.body", "body": stream.malformed, "more_body": True})
+        return False
 
     def _flaky_fails(self, name: str, rate: float) -> bool:
         # Deterministic spread: call n fails when floor(n*rate) increases.
@@ -372,7 +442,9 @@ class Simulator:
                     if not isinstance(data, dict):
                         raise ValueError("body must be a JSON object")
                     self.behaviours[name] = self.behaviour(name).updated(data)
-                except (ValueError, TypeError) as exc:
+                except (ValueError, TypeError, RecursionError) as exc:
+                    # Invalid JSON (NaN and Infinity pass json.loads, and _clean refuses them), a body nested too
+                    # deep to parse, an unknown field or mode, a wrongly typed or out-of-range value.
                     await _json(send, 400, _error(str(exc), "invalid_request_error"))
                     return
                 await _json(send, 200, asdict(self.behaviours[name]))
@@ -399,8 +471,8 @@ class _Reply:
 
     text: str = ""
     tool: str = ""
-    # Streamed pieces (words or argument parts), each with its fault index (see `Simulator._stream`).
-    pieces: tuple[tuple[int, str], ...] = ()
+    # Streamed pieces (words or argument parts), one a chunk (event).
+    pieces: tuple[str, ...] = ()
 
     @property
     def tokens(self) -> int:
@@ -426,8 +498,8 @@ class _Call:
 class _Stream:
     """A stream in a protocol's bytes; `Simulator._stream` applies the faults."""
 
-    # (fault index, bytes) for each event before the end.
-    events: list[tuple[int, bytes]]
+    # The bytes of each event before the end.
+    events: list[bytes]
     # Sent when the stream runs to its end; `done` (the end marker) is left out by mode "nodone".
     tail: bytes
     done: bytes
@@ -441,13 +513,13 @@ def _reply(request: dict[str, Any], name: str, model: str, chunks: int) -> _Repl
     result = _tool_result(messages)
     if result is not None:
         text = f"Tool said: {result}"
-        return _Reply(text=text, pieces=tuple(enumerate(re.findall(r"\S+\s*", text), start=1)))
+        return _Reply(text=text, pieces=tuple(re.findall(r"\S+\s*", text)))
     tool = _first_tool(request.get("tools"))
     if tool:
-        return _Reply(tool=tool, pieces=tuple(enumerate(_TOOL_PIECES, start=1)))
+        return _Reply(tool=tool, pieces=_TOOL_PIECES)
     # A prefilled answer (the last message is the assistant's) goes on after the words it already has.
     skip = _prefilled_words(messages)
-    words = tuple((i, f"word{i} ") for i in range(1, chunks) if i > skip)
+    words = tuple(f"word{i} " for i in range(skip + 1, chunks))
     return _Reply(text=f"Simulated reply from {name} for {model}.", pieces=words)
 
 
@@ -564,14 +636,14 @@ class _OpenAIDialect:
         if reply.tool:
             call_header = {"index": 0, **_openai_tool_call(reply.tool, "")}
             opening: dict[str, Any] = {"role": "assistant", "content": None, "tool_calls": [call_header]}
-            deltas: list[tuple[int, dict[str, Any]]] = [
-                (i, {"tool_calls": [{"index": 0, "function": {"arguments": p}}]}) for i, p in reply.pieces
+            deltas: list[dict[str, Any]] = [
+                {"tool_calls": [{"index": 0, "function": {"arguments": p}}]} for p in reply.pieces
             ]
         else:
             opening = {"role": "assistant", "content": ""}
-            deltas = [(i, {"content": p}) for i, p in reply.pieces]
+            deltas = [{"content": p} for p in reply.pieces]
         tail = chunk({}, "tool_calls" if reply.tool else "stop")
-        if (call.request.get("stream_options") or {}).get("include_usage"):
+        if (call.request.get("stream_options") or {}).get("include_usage"):  # an object (see _check_openai)
             prompt, words = call.prompt_tokens, reply.stream_tokens
             usage: Any = (
                 []
@@ -581,7 +653,7 @@ class _OpenAIDialect:
             tail += chunk({}, usage=usage)
         kind = call.behaviour.error_code or "overloaded_error"
         return _Stream(
-            events=[(0, chunk(opening)), *((i, chunk(d)) for i, d in deltas)],
+            events=[chunk(opening), *(chunk(d) for d in deltas)],
             tail=tail,
             done=b"data: [DONE]\n\n",
             malformed=b"data: {not json\n\n",
@@ -643,10 +715,10 @@ class _AnthropicDialect:
         }
         if reply.tool:
             block = _tool_use(reply.tool, {})
-            deltas = [{"type": "input_json_delta", "partial_json": p} for _, p in reply.pieces]
+            deltas = [{"type": "input_json_delta", "partial_json": p} for p in reply.pieces]
         else:
             block = {"type": "text", "text": ""}
-            deltas = [{"type": "text_delta", "text": p} for _, p in reply.pieces]
+            deltas = [{"type": "text_delta", "text": p} for p in reply.pieces]
         events = [
             _event("message_start", message=message),
             _event("content_block_start", index=0, content_block=block),
@@ -657,7 +729,7 @@ class _AnthropicDialect:
         usage: Any = [] if bad else {"output_tokens": reply.stream_tokens}
         kind = call.behaviour.error_code or "overloaded_error"
         return _Stream(
-            events=list(enumerate(events)),
+            events=events,
             tail=_event("content_block_stop", index=0) + _event("message_delta", delta=stop, usage=usage),
             done=_event("message_stop"),
             malformed=b"event: content_block_delta\ndata: {not json\n\n",
@@ -720,14 +792,18 @@ def _route(method: str, path: str) -> tuple[str, str, str] | None:
 def _parse(body: bytes) -> dict[str, Any] | None:
     try:
         request = json.loads(body or b"{}")
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested too deep
         return None
     return request if isinstance(request, dict) else None
 
 
 def _check_openai(headers: dict[str, str], query: bytes, body: bytes) -> Checked:
     request = _parse(body)
-    return (400, _error("Invalid JSON body", "invalid_request_error")) if request is None else request
+    if request is None:
+        return 400, _error("Invalid JSON body", "invalid_request_error")
+    if not isinstance(request.get("stream_options") or {}, dict):
+        return 400, _error("stream_options must be an object", "invalid_request_error")
+    return request
 
 
 def _check_azure(headers: dict[str, str], query: bytes, body: bytes) -> Checked:

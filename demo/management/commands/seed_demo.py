@@ -3,7 +3,10 @@
 The catalog, rules, chains and key are written through the services (actor None: "system"), so each is
 validated, audited and published like one made in the console. The demo users are made directly (users
 are Django's own, created in the admin; there is no user-create service). Idempotent: a second run
-changes nothing except printing the admin password again.
+changes nothing except printing the admin password again. Each demo object is made once, when the catalog is:
+a team, application, agent or user that already exists under a demo name is used (teams) or left alone, and a
+default alert rule renamed or deleted since stays so. The admin's password is set only on an admin the seed
+creates; it is printed only while it still signs in.
 """
 
 import secrets
@@ -21,7 +24,7 @@ from alerts.services import RuleInput, alert_rule_create
 from catalog.enums import ScopeType
 from catalog.keys import key_hash
 from catalog.models import ApiKey
-from catalog.selectors import provider_list
+from catalog.selectors import agent_list, application_list, provider_list, team_list
 from catalog.services import (
     AgentInput,
     ApplicationInput,
@@ -66,17 +69,19 @@ class Command(BaseCommand):
     help = "Load demo data (admin user, providers, models, a routing rule, two aliases, two chains)."
 
     def handle(self, *args: Any, **options: Any) -> None:
-        password = self._admin()
+        sign_in = self._admin()
         with transaction.atomic():
             created = self._catalog()
-            self._alert_rules()
+            if created:
+                self._alert_rules()
         key = self._demo_key()
         self.stdout.write(self.style.SUCCESS("Demo data " + ("loaded." if created else "already present.")))
-        self.stdout.write(f"Console: sign in as  admin / {password}")
+        self.stdout.write(f"Console: {sign_in}")
         self.stdout.write(f"Gateway demo key: {key}")
 
     def _alert_rules(self) -> None:
-        """The three default alert rules (docs/alerts.md), once each, with no webhook."""
+        """The three default alert rules (docs/alerts.md), with no webhook: made with the demo catalog only, so
+        one renamed or deleted since is not made again."""
         existing = set(alert_rule_list().values_list("name", flat=True))
         for data in (
             RuleInput(name="Circuit open over 5 min", kind="circuit_open", minutes=5),
@@ -87,31 +92,40 @@ class Command(BaseCommand):
                 alert_rule_create(actor=None, data=data)
 
     def _admin(self) -> str:
-        """Create the admin once; keep its password in var/ so every `make run` can print it."""
+        """Create the admin once, keeping its password in var/ so every `make run` can print it; how to sign in.
+
+        An admin that exists already (made with `createsuperuser`, or by an earlier run) keeps its password: the
+        one in var/ is printed only while it still signs in."""
         path = settings.VAR_DIR / "admin_password"
         user_model = get_user_model()
         user = user_model._default_manager.filter(username="admin").first()
-        if user is None or not path.exists():
+        if user is None:
             password = secrets.token_urlsafe(12)
-            if user is None:
-                user = user_model._default_manager.create_superuser("admin", "admin@example.com", password)
-            else:
-                user.set_password(password)
-                user.save(update_fields=["password"])
+            user = user_model._default_manager.create_superuser("admin", "admin@example.com", password)
             settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
             path.write_text(password)
             path.chmod(0o600)
         user.groups.add(Group.objects.get(name="admin"))
-        return path.read_text().strip()
+        password = path.read_text().strip() if path.exists() else ""
+        if password and user.check_password(password):
+            return f"sign in as  admin / {password}"
+        if password:
+            return "sign in as  admin (its password was changed since seeding; the one in var/ no longer works)"
+        return "sign in as  admin (an existing user: its own password)"
 
     def _demo_key(self) -> str:
-        """A gateway key for the admin, kept in var/ (embedded demo only) so `make run` can print it."""
+        """A gateway key for the admin, kept in var/ (embedded demo only) so `make run` can print it. An inactive
+        admin gets none (and the one kept is forgotten: it does not work while its owner is deactivated)."""
         path = settings.VAR_DIR / "demo_gateway_key"
         admin = get_user_model()._default_manager.get(username="admin")
+        if not admin.is_active:
+            path.unlink(missing_ok=True)
+            return "none (the admin user is deactivated; use a key of an active user)"
         if path.exists():
             secret = path.read_text().strip()
             if ApiKey.objects.filter(hashed_secret=key_hash(secret), revoked_at=None).exists():
                 return secret
+        settings.VAR_DIR.mkdir(parents=True, exist_ok=True)
         secret = api_key_create(actor=None, name="demo key", user=admin).secret
         path.write_text(secret)
         path.chmod(0o600)
@@ -142,13 +156,20 @@ class Command(BaseCommand):
             )
         name, protocol, path = AZURE
         provider_create(actor=None, data=_provider_input(name, protocol, f"{base}/{path}"), api_key=f"sk-demo-{name}")
-        payments = team_create(actor=None, data=TeamInput(name="payments"))
-        support = team_create(actor=None, data=TeamInput(name="support"))
-        application_create(actor=None, data=ApplicationInput(name="checkout", team="payments"))
-        agent_create(actor=None, data=AgentInput(name="refund-bot", application="checkout"))
+        # Teams, the application, the agent and the users outlive a removed catalog (or were made by hand before
+        # the first run): one that exists under its demo name is used as it is, never made twice.
+        payments = team_list().filter(name="payments").first() or team_create(
+            actor=None, data=TeamInput(name="payments")
+        )
+        support = team_list().filter(name="support").first() or team_create(actor=None, data=TeamInput(name="support"))
+        if not application_list().filter(name="checkout").exists():
+            application_create(actor=None, data=ApplicationInput(name="checkout", team="payments"))
+        if not agent_list().filter(name="refund-bot").exists():
+            agent_create(actor=None, data=AgentInput(name="refund-bot", application="checkout"))
+        users = get_user_model()._default_manager
         for name, role in (("analyst", "bi_read_only"), ("developer", "user")):
-            user = get_user_model()._default_manager.create_user(name, password=None)
-            user.groups.add(Group.objects.get(name=role))
+            if not users.filter(username=name).exists():
+                users.create_user(name, password=None).groups.add(Group.objects.get(name=role))
 
         routing_rule_create(
             actor=None,
