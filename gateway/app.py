@@ -359,6 +359,8 @@ class GatewayApp:
             call.stream = payload.get("stream") is True
             payload = await self._from_anthropic(call, payload, odd_numbers)
             client.model = str(payload.get("model") or "")
+            client.stream = call.stream  # the request says whether the response is a stream, not the upstream
+            call.shape = client.prepare
             odd_numbers = False  # refused above: a Messages request is always re-serialised
         named = payload.get("model")
         model = _usable_model(named)

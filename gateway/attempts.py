@@ -54,7 +54,6 @@ from health.breaker.types import Decision, Outcome
 ADAPTERS: dict[str, type[Adapter]] = {"openai": OpenAIAdapter, "anthropic": AnthropicAdapter, "azure": AzureAdapter}
 PREFILL = "assistant_prefill"  # the catalog capability a continuation needs
 _OFF = ResiliencePolicy()
-_DONE = b"data: [DONE]"
 _CLOSE = b"data: [DONE]\n\n"
 # A finish reason in a chunk of a passed-through stream (the default path does not parse its events).
 _FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
@@ -65,6 +64,9 @@ _ONE_ATTEMPT = (b"x-vidai-attempts", b"1")
 # The client's status for a call that got no response, by the transport's kind (else 502).
 _STATUS_OF_KIND = {"timeout": 504, "pool_full": 503}
 _NOT_RETRYABLE_STATUS = 400  # what the breaker is told of an error event it must not count
+# The error events the breaker must not count: the client's request, not the provider failing (an over-long
+# prompt is never retried on the same target either, and is as neutral as its plain 400).
+_NEUTRAL = NOT_RETRYABLE | {FailureClass.CONTEXT_LENGTH}
 # How long a stream's body may go on after its [DONE] (policy on) before the client's stream ends without it.
 AFTER_DONE_SECONDS = 1.0
 
@@ -125,16 +127,19 @@ class _Progress:
 class _Seen:
     """What the default path reads from the stream it passes through unchanged."""
 
-    finished: bool = False  # a finish reason went by
+    finished: bool = False  # a finish reason went by, in an event
+    done: bool = False  # a `data: [DONE]` line went by (the text inside an event's content is no end)
     error_event: dict[str, Any] | None = None  # the upstream's own error event, relayed as it came
 
     def scan(self, call: Exchange, lines: bytes) -> None:
-        """Read usage, a finish reason and an error event from whole `lines` (a line a chunk cut is read
-        once the rest of it has come)."""
+        """Read usage, a finish reason, [DONE] and an error event from whole `lines` (a line a chunk cut is read
+        once the rest of it has come). Only `data:` lines count."""
         if b'"usage"' in lines:
             _usage_from_sse(call, lines)
         if not self.finished and b"finish_reason" in lines:
-            self.finished = _FINISHED.search(lines) is not None
+            self.finished = _finish_in_event(lines)
+        if not self.done and b"[DONE]" in lines:
+            self.done = _done_line(lines)
         if b'"error"' in lines:
             self.error_event = _error_event(lines) or self.error_event
 
@@ -300,6 +305,8 @@ class AttemptLoop:
                     )
                 finally:
                     body.sent()  # the upstream has the request (or never will): its bytes can go
+                if response.stream is None and response.status == 200:
+                    _take_answer(call, response.body, target.provider)
         except TranslationError as exc:
             # Nothing was sent: the client's request names something this target's protocol cannot carry.
             attempt["error"], attempt["duration_ms"] = "untranslatable", ms(t0)
@@ -326,9 +333,7 @@ class AttemptLoop:
             attempt["duration_ms"] = ms(t0)
             call.status = response.status
             call.ttfb = (time.perf_counter() - call.started) * 1000
-            if response.status == 200:
-                _usage_from_body(call, response.body)
-            else:
+            if response.status != 200:
                 call.error_kind = "upstream_status"
             report(Outcome.of_status(response.status))
             self._log(call)
@@ -347,14 +352,18 @@ class AttemptLoop:
         deadline: float,
         report: Callable[[Outcome], None],
     ) -> None:
-        """Pass SSE chunks through as they arrive; committed after the first one."""
+        """Pass SSE chunks through as they arrive; committed once an event (a `data:` line) has begun. What
+        comes before it (comments, blank lines) is held and sent with it; a body with no event at all (a whole
+        JSON answer to a stream request, say) is no answer."""
         assert response.stream is not None
         started = False
         seen = _Seen()
-        tail = b""
+        # The last two chunks relayed (references, never copied): whether the body ended at an event's end.
+        last = before = b""
         # The start of a line the last chunk cut (at most 64 KiB), read with the rest of it: an upstream's
         # chunks need not end where its lines do.
         pending = b""
+        held = b""  # the bytes before the first event (at most 64 KiB), not yet committed
         sending = False  # the deadline passing while the client reads is not the provider's fault
         try:
             async with asyncio.timeout_at(deadline):
@@ -362,6 +371,14 @@ class AttemptLoop:
                     if not chunk:
                         continue
                     if not started:
+                        if held:
+                            chunk = held + chunk
+                        if not (chunk.startswith(b"data:") or b"\ndata:" in chunk):
+                            held = chunk
+                            if len(held) > _CARRY_MAX:
+                                break  # far more than any preamble, and still no event: not a stream
+                            continue
+                        held = b""
                         await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]})
                         call.status = 200
                         call.ttfb = (time.perf_counter() - call.started) * 1000
@@ -375,14 +392,16 @@ class AttemptLoop:
                         if len(pending) > _CARRY_MAX:
                             pending = b""  # longer than any event this gateway reads: passed through unread
                     seen.scan(call, lines)
-                    tail = (tail + chunk)[-64:]
+                    before, last = last, chunk
                     sending = True
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                     sending = False
             if pending:
                 seen.scan(call, pending)  # a last line the upstream did not end
         except (UpstreamError, TimeoutError) as exc:
-            if not (started and (_DONE in tail or seen.finished)):
+            if started and pending and not seen.done:
+                seen.done = _done_line(pending)  # a `data: [DONE]` the cut left without its line end
+            if not (started and (seen.done or seen.finished)):
                 kind = exc.kind if isinstance(exc, UpstreamError) else "timeout"
                 message = exc.message if isinstance(exc, UpstreamError) else "the upstream exceeded the deadline"
                 attempt["error"], attempt["duration_ms"] = kind, ms(t0)
@@ -406,7 +425,9 @@ class AttemptLoop:
             raise
         attempt["duration_ms"] = ms(t0)
         if not started:
-            # A 200 whose stream ended before any event: no answer at all, and nothing committed yet.
+            # A 200 whose stream ended before any event (or sent 64 KiB without one): no answer at all, and nothing
+            # committed yet.
+            await _close(response.stream)
             attempt["error"] = "stream_incomplete"
             report(Outcome.connection_error())
             call.status, call.error_kind = 502, "stream_incomplete"
@@ -416,7 +437,7 @@ class AttemptLoop:
                 send, 502, openai_error(message, kind="upstream_error", code="stream_incomplete"), extra=headers
             )
             return
-        complete = _DONE in tail or seen.finished
+        complete = seen.done or seen.finished
         if not complete and seen.error_event is not None:
             # The upstream ended its stream with an error event, which the client already has: nothing to add.
             # A class that is never retried (a content filter) does not count against the provider.
@@ -437,10 +458,11 @@ class AttemptLoop:
         report(Outcome.of_status(200))
         self._log(call)
         # An upstream whose answer finished but that did not send [DONE] is finished cleanly for the client.
-        if _DONE in tail:
+        if seen.done:
             closing = b""
         else:
-            closing = (b"" if not tail or tail.endswith(b"\n\n") else b"\n\n") + _CLOSE
+            ended = (last if len(last) > 1 else before[-1:] + last).endswith(b"\n\n")
+            closing = (b"" if ended else b"\n\n") + _CLOSE
         await send({"type": "http.response.body", "body": closing, "more_body": False})
 
     async def _end_interrupted(
@@ -625,6 +647,8 @@ class AttemptLoop:
                         model=target.model,
                         max_tokens_default=max_tokens,
                     )
+                    if response.stream is None and response.status == 200:
+                        _take_answer(call, response.body, target.provider)
                     record["status"] = response.status
                     if response.stream is not None:
                         assert stream is not None
@@ -730,7 +754,6 @@ class AttemptLoop:
         if response.status == 200:
             call.status = 200
             call.ttfb = (time.perf_counter() - call.started) * 1000
-            _usage_from_body(call, response.body)
             self._log(call)
             await respond(send, 200, response.body, headers=response.headers, extra=[*headers, _attempts(call)])
             return None
@@ -1125,13 +1148,38 @@ def _sum_usage(call: Exchange, stream: _Stream) -> None:
         call.tokens_in, call.tokens_out = total["prompt_tokens"], total["completion_tokens"]
 
 
-def _usage_from_body(call: Exchange, body: bytes) -> None:
+def _take_answer(call: Exchange, body: bytes, provider: str) -> None:
+    """A whole 200 answer, parsed once: its usage is the request's, and the client's form of it is made
+    (`call.shape`). One that is not a JSON object, or that the client cannot be given, is no answer: raises the
+    upstream's `bad_response` (a 502, a connection error to the breaker, moved on by the policy), before any
+    outcome is told or any log written."""
     try:
         data = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return
-    if isinstance(data, dict):
-        _take_usage(call, data.get("usage"))
+        if not isinstance(data, dict):
+            raise TypeError(f"a JSON {type(data).__name__}, not an object")
+        if call.shape is not None:
+            call.shape(data)
+    except (orjson.JSONDecodeError, TranslationError, TypeError, ValueError, KeyError, AttributeError) as exc:
+        raise UpstreamError("bad_response", f"{provider} sent an answer this gateway cannot read: {exc}") from None
+    _take_usage(call, data.get("usage"))
+
+
+def _finish_in_event(lines: bytes) -> bool:
+    """A finish reason in a `data:` line of `lines` (a JSON body's, or a comment's, is none)."""
+    match = _FINISHED.search(lines)
+    while match is not None:
+        if lines.startswith(b"data:", lines.rfind(b"\n", 0, match.start()) + 1):
+            return True
+        match = _FINISHED.search(lines, match.end())
+    return False
+
+
+def _done_line(lines: bytes) -> bool:
+    """Whether one of `lines` is `data: [DONE]` (as the policy path reads it)."""
+    for line in lines.split(b"\n"):
+        if line.startswith(b"data:") and line[5:].strip() == b"[DONE]":
+            return True
+    return False
 
 
 def _usage_from_sse(call: Exchange, lines: bytes) -> None:
@@ -1163,13 +1211,14 @@ def _count(value: Any) -> TypeGuard[int]:
 
 def _outcome_of(kind: str, failure: FailureClass | None = None) -> Outcome:
     """The breaker outcome of a call that produced no usable response, by its kind (and, for an error event,
-    its class). A class that is never retried (a content filter in an error event) is the client's request,
-    not the provider failing: reported as 400, which the breaker does not count. `credential_unavailable`
-    (nothing was sent: the stored key cannot be decrypted) is a configuration fault, and `pool_full` (every
-    connection this process may open to the provider is busy; nothing was sent) is this gateway's own limit:
-    both reported as cancelled, which the breaker ignores and which still frees a probe slot. A provider that
-    hangs still opens its circuit through the calls that hold those connections, which time out."""
-    if failure is not None and failure in NOT_RETRYABLE:
+    its class). A class that is never retried (a content filter or a context-length refusal in an error event)
+    is the client's request, not the provider failing: reported as 400, which the breaker does not count.
+    `credential_unavailable` (nothing was sent: the stored key cannot be decrypted) is a configuration fault, and
+    `pool_full` (every connection this process may open to the provider is busy; nothing was sent) is this
+    gateway's own limit: both reported as cancelled, which the breaker ignores and which still frees a probe
+    slot. A provider that hangs still opens its circuit through the calls that hold those connections, which
+    time out."""
+    if failure is not None and failure in _NEUTRAL:
         return Outcome.of_status(_NOT_RETRYABLE_STATUS)
     if kind in TIMEOUT_KINDS:
         return Outcome.timeout()

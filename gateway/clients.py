@@ -28,29 +28,49 @@ from gateway.upstream.anthropic import MAX_EVENT_BYTES
 log = logging.getLogger(__name__)
 
 ANTHROPIC_JSON = [(b"content-type", b"application/json")]
+_REFRAMED = (b"content-length", b"content-type")
 
 
 class AnthropicClientSend:
-    """An ASGI `send` that turns the OpenAI-shaped responses written through it into Anthropic ones."""
+    """An ASGI `send` that turns the OpenAI-shaped responses written through it into Anthropic ones.
 
-    __slots__ = ("_body", "_pending", "_sse", "_start", "_stream", "model", "send")
+    Whether a response is a stream is the request's to say (`stream`, set once the request is read), never the
+    upstream's content-type: a stream request's 200 is the gateway's own event stream, and everything else (an
+    answer, any error, whatever its upstream labelled it) is one whole body, translated and sent with its own
+    length. `prepare` translates a whole answer ahead of time (the attempt loop's check that the client can be
+    given it, before the outcome is told to the breaker); the response then sends that translation."""
+
+    __slots__ = ("_body", "_pending", "_ready", "_sse", "_start", "_stream", "model", "send", "stream")
 
     def __init__(self, send: Any, model: str) -> None:
         self.send = send
         self.model = model
+        self.stream = False  # the request asked for a stream
         self._start: dict[str, Any] | None = None
         self._sse = False
         self._body: list[bytes] = []
         self._pending = b""
+        self._ready: bytes | None = None  # the answer `prepare` translated
         self._stream: OpenAIToAnthropicStream | None = None
+
+    def prepare(self, answer: dict[str, Any]) -> None:
+        """Translate the whole (parsed) OpenAI answer about to be sent; raises what `_whole` would turn into a
+        502 (TranslationError, TypeError, ValueError, KeyError, AttributeError)."""
+        translated = openai_to_anthropic_response(answer, model=None)
+        if not translated.get("model"):
+            translated["model"] = self.model
+        self._ready = dumps(translated)
 
     async def __call__(self, message: dict[str, Any]) -> None:
         if message["type"] == "http.response.start":
-            headers = message.get("headers") or []
-            content_type = next((v for k, v in headers if k.lower() == b"content-type"), b"")
-            self._sse = content_type.startswith(b"text/event-stream")
+            self._sse = self.stream and message["status"] == 200
             if self._sse:
                 self._stream = OpenAIToAnthropicStream(self.model)
+                headers = message.get("headers") or []
+                if any(k.lower() == b"content-length" for k, _ in headers):
+                    # The translated events' length is not the OpenAI stream's: the server frames the body.
+                    headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
+                    message = {**message, "headers": headers}
                 await self.send(message)
             else:
                 self._start = message  # sent with the translated body, whose length differs
@@ -69,9 +89,18 @@ class AnthropicClientSend:
         if more:
             return
         assert self._start is not None
-        status, out = _whole(self._start["status"], b"".join(self._body), self.model)
-        headers = [(k, v) for k, v in self._start.get("headers") or [] if k.lower() != b"content-length"]
-        headers.append((b"content-length", str(len(out)).encode()))
+        status, ready = self._start["status"], self._ready
+        if status == 200 and ready is not None:
+            out = ready
+        else:
+            status, out = _whole(status, b"".join(self._body), self.model)
+        self._body.clear()
+        # The translated body is JSON, whatever the upstream's was labelled, and has a length of its own.
+        headers = [(k, v) for k, v in self._start.get("headers") or [] if k.lower() not in _REFRAMED]
+        if status < 200 or status in (204, 304):
+            out = b""  # a status that carries no body (an upstream's 204): none is sent
+        else:
+            headers += [*ANTHROPIC_JSON, (b"content-length", str(len(out)).encode())]
         await self.send({"type": "http.response.start", "status": status, "headers": headers})
         await self.send({"type": "http.response.body", "body": out})
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,6 +61,9 @@ class Exchange:
     attempts: list[dict[str, Any]] = field(default_factory=list)
     logged: bool = False
     budget: int = 0  # bytes of the body budget this request holds
+    # The client's own form of a whole 200 answer, made from the parsed answer before its outcome is told (an
+    # Anthropic client's translation): raises when the answer cannot be given to this client. None: as it came.
+    shape: Callable[[dict[str, Any]], None] | None = None
 
 
 class SendTracker:

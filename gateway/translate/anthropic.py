@@ -670,7 +670,8 @@ def anthropic_to_openai_response(body: Json, *, model: str | None = None, create
     message: Json = {"role": "assistant", "content": "".join(text) if text else None, "refusal": None}
     if calls:
         message["tool_calls"] = calls
-    finish = STOP_TO_FINISH.get(body.get("stop_reason") or "end_turn", "stop")
+    stop = body.get("stop_reason")
+    finish = STOP_TO_FINISH.get(stop, "stop") if isinstance(stop, str) else "stop"  # not a string: absent
     return {
         "id": body.get("id"),
         "object": "chat.completion",

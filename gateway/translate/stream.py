@@ -122,7 +122,7 @@ class AnthropicToOpenAIStream:
     def _on_message_delta(self, data: Json) -> list[Json]:
         self._add_usage(data.get("usage"))
         stop = as_object(data.get("delta")).get("stop_reason")
-        if not stop:
+        if not stop or not isinstance(stop, str):  # one that is not a string reads as absent
             return []
         self.finish_reason = STOP_TO_FINISH.get(stop, "stop")
         return [self._chunk({}, finish_reason=self.finish_reason)]

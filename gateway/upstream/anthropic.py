@@ -75,8 +75,11 @@ class AnthropicAdapter(HttpAdapter):
             status, error = anthropic_error_to_openai(raw.status, content)
             return UpstreamResponse(status, [_JSON, *kept], orjson.dumps(error))
         try:
-            answer = anthropic_to_openai_response(orjson.loads(content), model=served)
-        except (orjson.JSONDecodeError, TranslationError, TypeError, ValueError) as exc:
+            parsed = orjson.loads(content)
+            if not isinstance(parsed, dict):  # `null`, a list, a string, a number: JSON, but no Messages response
+                raise TypeError(f"a JSON {type(parsed).__name__}, not an object")
+            answer = anthropic_to_openai_response(parsed, model=served)
+        except (orjson.JSONDecodeError, TranslationError, TypeError, ValueError, KeyError, AttributeError) as exc:
             raise UpstreamError("bad_response", f"{self.provider.name} sent an answer this gateway cannot read: {exc}")
         return UpstreamResponse(200, [_JSON, *kept], orjson.dumps(answer))
 
@@ -84,7 +87,11 @@ class AnthropicAdapter(HttpAdapter):
 async def _translated(raw: RawResponse, model: str, include_usage: bool) -> AsyncIterator[bytes]:
     """The Anthropic event stream as OpenAI `data:` chunks, each sent as soon as its event is complete.
     A `data:` line that is not JSON passes through as it is (the attempt loop drops and counts it); an
-    `error` event becomes an OpenAI error event; `message_stop` ends the stream with `[DONE]`."""
+    `error` event becomes an OpenAI error event; `message_stop` ends the stream with `[DONE]`. An event the
+    converter cannot take (a field of an impossible type) is the upstream's `bad_response`. A stream that ends
+    after its `message_delta` (the stop reason and the usage) but without `message_stop` still delivers what
+    `message_stop` would have: the usage chunk, with `include_usage` (never `[DONE]`, which the attempt loop adds
+    to an answer that finished)."""
     converter = AnthropicToOpenAIStream(model, include_usage=include_usage)
     pending = b""
     try:
@@ -96,17 +103,28 @@ async def _translated(raw: RawResponse, model: str, include_usage: bool) -> Asyn
                 continue
             pending = pending.replace(b"\r\n", b"\n")
             *events, pending = pending.split(b"\n\n")
-            out = b"".join(_event_bytes(converter, event) for event in events)
+            try:
+                out = b"".join(_event_bytes(converter, event) for event in events)
+            except (TranslationError, TypeError, ValueError, KeyError, AttributeError) as exc:
+                raise UpstreamError("bad_response", f"The upstream sent an event this gateway cannot read: {exc}")
             if out:
                 yield out
             if converter.done:
                 return
     except httpx.TimeoutException:
-        raise UpstreamError("timeout", "The upstream stopped sending (read timeout).")
+        if converter.finish_reason is None:
+            raise UpstreamError("timeout", "The upstream stopped sending (read timeout).")
     except httpx.TransportError as exc:
-        raise UpstreamError("connection_error", f"The upstream dropped the stream: {exc}")
+        if converter.finish_reason is None:
+            raise UpstreamError("connection_error", f"The upstream dropped the stream: {exc}")
     finally:
         await raw.body.aclose()
+    # The body ended (or was cut, or held open) after the stop reason but without `message_stop`: the answer is
+    # whole (docs/resilience.md), and its usage is owed.
+    if converter.finish_reason is not None:
+        out = b"".join(openai_sse(chunk) for chunk in converter.feed("message_stop", {}))
+        if out:
+            yield out
 
 
 def _event_bytes(converter: AnthropicToOpenAIStream, event: bytes) -> bytes:

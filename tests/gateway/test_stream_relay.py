@@ -302,6 +302,7 @@ def test_a_line_over_the_event_limit_is_dropped_for_an_anthropic_client_and_the_
             out.append(message.get("body", b""))
 
         client = AnthropicClientSend(send, model="claude")
+        client.stream = True  # the request asked for a stream
         await client(
             {"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/event-stream")]}
         )

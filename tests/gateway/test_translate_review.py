@@ -30,8 +30,9 @@ SSE = [(b"content-type", b"text/event-stream")]
 JSON = [(b"content-type", b"application/json")]
 
 
-def _drive(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Push ASGI messages through AnthropicClientSend; return what reached the real `send`."""
+def _drive(messages: list[dict[str, Any]], *, stream: bool = False) -> list[dict[str, Any]]:
+    """Push ASGI messages through AnthropicClientSend (`stream`: the request asked for a stream); return what
+    reached the real `send`."""
     out: list[dict[str, Any]] = []
 
     async def send(message: dict[str, Any]) -> None:
@@ -39,6 +40,7 @@ def _drive(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
     async def run() -> None:
         client = AnthropicClientSend(send, model="m")
+        client.stream = stream
         for message in messages:
             await client(message)
 
@@ -66,7 +68,8 @@ def _stream(body: bytes) -> list[str]:
                 {"type": "http.response.start", "status": 200, "headers": SSE},
                 {"type": "http.response.body", "body": body, "more_body": True},
                 {"type": "http.response.body", "body": b"", "more_body": False},
-            ]
+            ],
+            stream=True,
         )
     )
 
