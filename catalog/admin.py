@@ -119,11 +119,15 @@ class ProviderAdmin(ServiceModelAdmin):
     list_display = ["name", "protocol", "base_url", "api_key_state", "connect_timeout", "read_timeout"]
     search_fields = ["name"]
 
+    class Media:
+        css = {"all": ["css/admin.css"]}
+
     @admin.display(description="API key")
     def api_key_state(self, obj: Provider) -> str:
         if isinstance(obj.api_key, Undecryptable):
             # A word, not only a colour; the fix is on the provider's page and in `manage.py check`.
-            return format_html('<strong style="color:#ba2121">✖ {}</strong>', "Cannot be decrypted")
+            # A class, not a style= attribute: the Content-Security-Policy refuses inline styles (static/css/admin.css).
+            return format_html('<strong class="cp-key-undecryptable">✖ {}</strong>', "Cannot be decrypted")
         return "✔ Set" if obj.api_key else "— Not set"
 
     def get_fields(self, request: HttpRequest, obj: Provider | None = None) -> list[Any]:

@@ -15,12 +15,24 @@
     window.setTimeout(function () { toast.remove(); }, 300);
   }
 
+  // An error stays until dismissed; any other toast leaves after TOAST_MS, but not while hovered or focused.
   function armToast(toast) {
     if (toast.dataset.armed) return;
     toast.dataset.armed = "1";
     const close = toast.querySelector("[data-toast-close]");
     if (close) close.addEventListener("click", function () { dismiss(toast); });
-    window.setTimeout(function () { dismiss(toast); }, TOAST_MS);
+    if (toast.classList.contains("toast-error")) return;
+    let timer = 0;
+    const start = function () {
+      window.clearTimeout(timer);
+      timer = window.setTimeout(function () { dismiss(toast); }, TOAST_MS);
+    };
+    const pause = function () { window.clearTimeout(timer); };
+    toast.addEventListener("mouseenter", pause);
+    toast.addEventListener("focusin", pause);
+    toast.addEventListener("mouseleave", function () { if (!toast.contains(document.activeElement)) start(); });
+    toast.addEventListener("focusout", function (event) { if (!toast.contains(event.relatedTarget) && !toast.matches(":hover")) start(); });
+    start();
   }
 
   function showToast(message, level) {
@@ -54,7 +66,24 @@
       : status === 409 ? "Someone else changed this item; reload to see the current state."
       : "The request failed (" + status + "). Try again.";
     showToast(text, "error");
+    const verb = event.detail.requestConfig ? String(event.detail.requestConfig.verb).toLowerCase() : "get";
+    if (status === 404 && verb !== "get") forgetStale(event.detail.target);
   });
+
+  // A change to an item that is gone (deleted elsewhere): its row is removed; a region is fetched again.
+  function forgetStale(target) {
+    if (!target || !target.isConnected || target.closest("dialog")) return;
+    if (target.matches("tr")) {
+      const region = target.closest("[id]:not(tr)") || document.getElementById("main");
+      target.remove();
+      if (!document.activeElement || document.activeElement === document.body) {
+        if (!region.hasAttribute("tabindex")) region.setAttribute("tabindex", "-1");
+        region.focus({ preventScroll: true });
+      }
+    } else if (target.id && window.htmx && target.closest("#main")) {
+      window.htmx.ajax("GET", location.href, { target: "#" + target.id, swap: "outerHTML" });
+    }
+  }
 
   document.addEventListener("htmx:sendError", function () {
     showToast("The server could not be reached.", "error");
@@ -758,4 +787,143 @@
       event.stopPropagation(); // date inputs fire change on every segment; Apply sends them
     }
   }, true);
+})();
+
+/* ==========================================================================
+   Swaps keep the operator's place (every list, poll and form partial).
+   - Focus: htmx puts the keyboard back on an element with the same id after a swap (every control in a
+     swapped region has a stable id). For one without, or whose id is gone (a page link that became the
+     current page), the same control is found again by its address and name; failing that, the swapped
+     region itself takes focus, so the keyboard never falls back to <body>.
+   - Scroll: a scrolled .table-wrap keeps its scroll position across the swap (by id, else by position).
+   - A swap or page that brings an error summary ([data-error-summary]) puts the keyboard on it (a poll
+     does not move it; dialogs do this themselves, above).
+   - Polled counts are announced by a role="status" element outside the polled region: the region
+     carries a hidden copy ([data-live-for="<id>"]), copied in only when its text changed.
+   - An out-of-band section marked data-oob-text (the alert banner, the Alerts page's rules and history)
+     is left alone while its text is unchanged or a dialog in it is open: nothing is re-announced, and
+     an open confirm step survives.
+   ========================================================================== */
+(function () {
+  "use strict";
+
+  const FOCUSABLE = "a[href], button, input, select, textarea, summary, [tabindex]";
+  const GLYPHS = /[▲▼↕…]/g;
+
+  function words(el) {
+    return (el.getAttribute("aria-label") || el.textContent || "").replace(GLYPHS, "").replace(/\s+/g, " ").trim();
+  }
+
+  function address(el) {
+    return el.getAttribute("hx-get") || el.getAttribute("href") || el.getAttribute("hx-post") ||
+      (el.name ? el.name + "=" + el.value : "");
+  }
+
+  function isPoll(elt) {
+    const trigger = elt && elt.getAttribute && elt.getAttribute("hx-trigger");
+    return Boolean(trigger && /\bevery\b/.test(trigger));
+  }
+
+  let pending = null;
+
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    pending = null;
+    const detail = event.detail;
+    const target = detail.target;
+    if (!target || !detail.shouldSwap || !target.querySelectorAll) return;
+    const scrolls = [];
+    const wraps = Array.from(target.querySelectorAll(".table-wrap"));
+    if (target.matches(".table-wrap")) wraps.unshift(target);
+    wraps.forEach(function (wrap, index) {
+      if (wrap.scrollTop || wrap.scrollLeft) scrolls.push({ id: wrap.id, index: index, top: wrap.scrollTop, left: wrap.scrollLeft });
+    });
+    const active = document.activeElement;
+    const inside = active && active !== document.body && target.contains(active);
+    pending = {
+      targetId: target.id,
+      scrolls: scrolls,
+      focus: inside ? { id: active.id, tag: active.tagName, address: address(active), words: words(active) } : null,
+    };
+  });
+
+  function findAgain(root, wanted) {
+    const all = Array.from(root.querySelectorAll(FOCUSABLE)).filter(function (el) {
+      return el.tagName === wanted.tag && !el.disabled && el.getClientRects().length;
+    });
+    const same = function (test) {
+      const hits = all.filter(test);
+      return hits.length === 1 ? hits[0] : null;
+    };
+    return same(function (el) { return address(el) === wanted.address && words(el) === wanted.words; }) ||
+      (wanted.address ? same(function (el) { return address(el) === wanted.address; }) : null) ||
+      (wanted.words ? same(function (el) { return words(el) === wanted.words; }) : null);
+  }
+
+  document.addEventListener("htmx:afterSwap", function (event) {
+    const state = pending;
+    pending = null;
+    if (!state) return;
+    const root = (state.targetId && document.getElementById(state.targetId)) ||
+      (event.detail.target && event.detail.target.isConnected ? event.detail.target : null);
+    if (!root) return;
+    const wraps = Array.from(root.querySelectorAll(".table-wrap"));
+    if (root.matches(".table-wrap")) wraps.unshift(root);
+    state.scrolls.forEach(function (s) {
+      const wrap = (s.id && document.getElementById(s.id)) || wraps[s.index];
+      if (wrap) {
+        wrap.scrollTop = s.top;
+        wrap.scrollLeft = s.left;
+      }
+    });
+    const active = document.activeElement;
+    if (!state.focus || (active && active !== document.body && active.isConnected)) return;
+    const again = (state.focus.id && document.getElementById(state.focus.id)) || findAgain(root, state.focus);
+    const where = again || root;
+    if (!again && !where.hasAttribute("tabindex")) where.setAttribute("tabindex", "-1");
+    where.focus({ preventScroll: true });
+  });
+
+  function focusSummary(root) {
+    const summary = root && root.querySelector && root.querySelector("[data-error-summary]");
+    if (summary && !summary.closest("dialog")) {
+      if (!summary.hasAttribute("tabindex")) summary.setAttribute("tabindex", "-1");
+      summary.focus();
+    }
+  }
+
+  document.addEventListener("htmx:afterSettle", function (event) {
+    const config = (event.detail && event.detail.requestConfig) || {};
+    // A poll, or the chain editor's refresh while the operator types, never moves the keyboard.
+    if (isPoll(config.elt) || (config.parameters && config.parameters.op === "refresh")) return;
+    focusSummary(event.target.matches && event.target.matches("[data-error-summary]") ? event.target.parentNode : event.target);
+  });
+
+  function copyLive(root) {
+    if (!root || !root.querySelectorAll) return;
+    const sources = Array.from(root.querySelectorAll("[data-live-for]"));
+    if (root.matches && root.matches("[data-live-for]")) sources.push(root);
+    sources.forEach(function (source) {
+      const region = document.getElementById(source.dataset.liveFor);
+      const text = source.textContent.replace(/\s+/g, " ").trim();
+      if (region && region.textContent.replace(/\s+/g, " ").trim() !== text) region.textContent = text;
+    });
+  }
+
+  document.addEventListener("htmx:afterSettle", function (event) { copyLive(event.target); });
+
+  document.addEventListener("htmx:oobBeforeSwap", function (event) {
+    const target = event.detail.target;
+    if (!target || !target.hasAttribute || !target.hasAttribute("data-oob-text")) return;
+    const fragment = event.detail.fragment;
+    const same = fragment && fragment.textContent.replace(/\s+/g, " ").trim() === target.textContent.replace(/\s+/g, " ").trim();
+    if (same || target.querySelector("dialog[open]") || target.querySelector("details.confirm-inline[open]")) {
+      event.detail.shouldSwap = false;
+    }
+  });
+
+  function boot() {
+    focusSummary(document.getElementById("main"));
+  }
+  if (document.readyState === "loading") document.addEventListener("DOMContentLoaded", boot);
+  else boot();
 })();

@@ -1,6 +1,7 @@
 """Issue 14 in headless Chromium: the Fallback Chains notice on how a chain picks an entry (dismissed per user,
-remembered after a reload and for a new session) and sortable headers that look sortable (↕ on hover and keyboard
-focus, ▲/▼ on the active one, aria-sort kept). Screenshots at 1280x800 and 390x844, light and dark, go to
+remembered after a reload and for a new session) and sortable headers that look sortable (link-coloured and
+underlined, a muted ↕ always on inactive columns, ▲/▼ on the active one, aria-sort kept). Screenshots at 1280x800
+and 390x844, light and dark, go to
 $SCREENSHOT_DIR (default /tmp/shots)."""
 
 import os
@@ -85,13 +86,13 @@ def test_selection_notice_is_dismissed_per_user_and_remembered(
     expect(notice.get_by_role("link", name="Resilience defaults")).to_have_attribute(
         "href", "/fallback/chains/resilience/"
     )
-    expect(page.locator("tbody tr").first.locator(".pill")).to_have_text("Active")
+    expect(page.locator("tbody tr").first.locator(".pill")).to_have_text("Enabled")
     expect(page.locator("tbody .pill-disabled")).to_have_text("Disabled")
     shoot(page, "fallback-notice")
 
     # The inline toggle names the status in the same words.
     row = page.locator("tbody tr", has_text="c-one")
-    row.get_by_role("button", name="Disable chain c-one (now Active)").click()
+    row.get_by_role("button", name="Disable chain c-one (now Enabled)").click()
     expect(row.locator(".pill")).to_have_text("Disabled")
     expect(row.get_by_role("button", name="Enable chain c-one (now Disabled)")).to_be_visible()
 
@@ -129,7 +130,7 @@ def test_selection_notice_is_dismissed_per_user_and_remembered(
     assert console_errors == []
 
 
-def test_sortable_headers_show_an_icon_on_hover_and_focus_and_the_direction_when_active(
+def test_sortable_headers_look_like_links_and_always_show_an_icon_and_the_active_direction(
     page: Page, live_server, admin_user, listed_chains, console_errors
 ):
     page.set_default_timeout(10_000)
@@ -143,16 +144,17 @@ def test_sortable_headers_show_an_icon_on_hover_and_focus_and_the_direction_when
     expect(links).to_have_text(["Name ↕", "Source model ↕", "Chain ↕", "Scope ↕", "Status ↕"])
     chain = links.nth(2)
     name = links.nth(0)
-    assert icon_opacity(chain) == "0"  # at rest: no clutter
+    # At rest, without hover or focus: every sortable header is visibly a link and shows its ↕.
+    assert icon_opacity(chain) == "1" and icon_opacity(name) == "1"
+    look = chain.evaluate(
+        "(a) => ({link: getComputedStyle(a).color, th: getComputedStyle(a.closest('th')).color,"
+        " line: getComputedStyle(a).textDecorationLine})"
+    )
+    assert look["link"] != look["th"] and look["line"] == "underline"
+    expect(page.locator("#chain-order")).to_have_text("Sorted by: newest first (a column heading sorts by that column)")
 
-    chain.hover()
-    assert icon_opacity(chain) == "1"
-    assert icon_opacity(name) == "0"
-
-    page.mouse.move(0, 0)
     tab_to(page, name)
     assert icon_opacity(name) == "1"
-    assert icon_opacity(chain) == "0"
     shoot(page, "fallback-sort-focus")
 
     # Sort by Chain: the first entry's model decides (alpha, beta, gamma).

@@ -150,7 +150,9 @@ def test_override_add_and_delete_in_the_dialog(
     expect(editor).to_be_visible()
     expect(row(page, "openai", "gpt-4o").locator(".tag")).to_have_text("override")
 
-    editor.get_by_role("button", name="Delete override openai / gpt-4o").click()
+    # Delete asks first: the first click only unfolds the button that names the override.
+    editor.locator("#override-list summary").click()
+    editor.get_by_role("button", name="Delete override openai / gpt-4o", exact=True).click()
     expect(editor.get_by_text("No overrides: every circuit uses the global thresholds.")).to_be_visible()
     expect(editor).to_be_visible()
     expect(row(page, "openai", "gpt-4o").locator(".tag")).to_have_count(0)

@@ -1,4 +1,5 @@
-"""Issue 14, the Fallback Chains list as documented: "Active" / "Disabled", the Chain column sorting by its first
+"""Issue 14, the Fallback Chains list as documented: "Enabled" / "Disabled" (the console's state-pill words), the
+Chain column sorting by its first
 entry, the per-user dismissible notice on how a chain picks an entry, and the rewrite warning covering guardrails."""
 
 import re
@@ -30,20 +31,20 @@ def row_names(response) -> list[str]:
 # ---------- Status ----------
 
 
-def test_status_reads_active_or_disabled_and_the_toggle_says_which(admin_client):
+def test_status_reads_enabled_or_disabled_and_the_toggle_says_which(admin_client):
     ChainFactory(name="on-chain", enabled=True)
     ChainFactory(name="off-chain", enabled=False)
 
     html = admin_client.get(LIST_URL).content.decode()
 
-    assert '<span class="pill pill-enabled">Active</span>' in html
+    assert '<span class="pill pill-enabled">Enabled</span>' in html
     assert '<span class="pill pill-disabled">Disabled</span>' in html
-    assert ">Enabled<" not in html
-    assert 'aria-label="Disable chain on-chain (now Active)">Disable</button>' in html
+    assert ">Active<" not in html and "(now Active)" not in html
+    assert 'aria-label="Disable chain on-chain (now Enabled)">Disable</button>' in html
     assert 'aria-label="Enable chain off-chain (now Disabled)">Enable</button>' in html
 
 
-def test_the_toggled_row_reads_disabled_then_active(admin_client):
+def test_the_toggled_row_reads_disabled_then_enabled(admin_client):
     chain = ChainFactory(name="flip", enabled=True)
     url = reverse("chains:toggle", args=[chain.pk])
 
@@ -52,8 +53,8 @@ def test_the_toggled_row_reads_disabled_then_active(admin_client):
 
     assert '<span class="pill pill-disabled">Disabled</span>' in off
     assert "(now Disabled)" in off
-    assert '<span class="pill pill-enabled">Active</span>' in on
-    assert "(now Active)" in on
+    assert '<span class="pill pill-enabled">Enabled</span>' in on
+    assert "(now Enabled)" in on
 
 
 # ---------- Sorting by the first entry ----------
@@ -106,9 +107,11 @@ def test_the_chain_header_is_a_sort_link_with_aria_sort_on_the_active_column(adm
         r'<th scope="col" aria-sort="{}">\s*<a class="sort-link" title="Sort by the model of the first entry" href="{}"'
     )
     assert re.search(active.format("ascending", r"/fallback/chains/\?sort=-chain"), html)
-    assert 'hx-get="/fallback/chains/?sort=-chain">Chain <span aria-hidden="true">▲</span></a>' in html
+    assert 'hx-get="/fallback/chains/?sort=-chain" id="sort-chain">Chain <span aria-hidden="true">▲</span></a>' in html
     assert re.search(active.format("descending", r"/fallback/chains/\?sort=chain"), flipped)
-    assert 'hx-get="/fallback/chains/?sort=chain">Chain <span aria-hidden="true">▼</span></a>' in flipped
+    assert (
+        'hx-get="/fallback/chains/?sort=chain" id="sort-chain">Chain <span aria-hidden="true">▼</span></a>' in flipped
+    )
     # Every column header but the actions one offers the neutral ↕ (the default sort, newest first, is no column).
     neutral = '<span aria-hidden="true">↕</span></a>'
     assert default.count(neutral) == 5

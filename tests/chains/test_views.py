@@ -307,7 +307,7 @@ def test_sort_by_name_both_directions_with_arrows(admin_client):
     asc_html = ascending.content.decode()
     assert '<th scope="col" aria-sort="ascending">' in asc_html
     # The active header links to the opposite direction; it is a real link with an href.
-    link = 'href="/fallback/chains/?sort=-name" hx-get="/fallback/chains/?sort=-name">'
+    link = 'href="/fallback/chains/?sort=-name" hx-get="/fallback/chains/?sort=-name" id="sort-name">'
     assert link + 'Name <span aria-hidden="true">▲</span>' in asc_html
     assert '<span aria-hidden="true">▼</span>' in descending.content.decode()
 
@@ -457,7 +457,8 @@ def test_delete_confirm_names_the_action_and_target(admin_client):
     confirm = admin_client.get(delete_url(chain))
 
     assert f'<dialog id="delete-dialog-{chain.pk}"' in list_html
-    assert '<button type="submit" class="btn-danger-solid">Delete chain primary</button>' in list_html
+    button = f'<button type="submit" class="btn-danger-solid" id="chain-delete-confirm-{chain.pk}">'
+    assert button + "Delete chain primary</button>" in list_html
     assert f'data-dialog-open="delete-dialog-{chain.pk}"' in list_html
     assert is_full_page(confirm)
     assert "Delete chain primary</button>" in confirm.content.decode()

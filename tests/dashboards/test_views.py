@@ -191,7 +191,9 @@ def test_circuits_open_now_counts_the_engine_circuits(admin_client, engine):
 
     html = html_of(admin_client)
 
-    counter = r'dash-counter-bad">\s*<a href="/fallback/health/">' + COUNTER.format(value=1, label="circuit")
+    counter = r'dash-counter-bad">\s*<a href="/fallback/health/" id="dash-link-open">' + COUNTER.format(
+        value=1, label="circuit"
+    )
     assert re.search(counter, html)
     assert "circuit open now" in html
 
@@ -251,7 +253,8 @@ COUNT = re.compile(r"<strong>([\d,]+)\+?</strong> requests?")
 def _link(html: str, label: str) -> str:
     """The href of the counter whose label starts with `label`."""
     found = re.search(
-        rf'<a href="([^"]+)"><span class="dash-counter-value">[\d,]+</span>\s*<span class="dash-counter-label">{label}',
+        rf'<a href="([^"]+)" id="dash-link-[a-z]+"><span class="dash-counter-value">[\d,]+</span>\s*'
+        rf'<span class="dash-counter-label">{label}',
         html,
     )
     return found.group(1).replace("&amp;", "&")

@@ -348,7 +348,7 @@ def test_page_size_and_oldest_first(log_catalog, admin_client):
     assert shown(oldest) == ids[::-1][:25]
     assert "page_size=50" in _links(fifty)["next"]
     assert 'aria-sort="ascending"' in oldest.content.decode()
-    assert 'Time <span aria-hidden="true">▲</span>' in oldest.content.decode()
+    assert 'Time (UTC) <span aria-hidden="true">▲</span>' in oldest.content.decode()
 
 
 def test_count_over_the_cap_says_so(log_catalog, admin_client, monkeypatch):
@@ -647,7 +647,7 @@ def test_list_shows_key_models_status_timing_tokens_cost_and_fallback_badge(fell
         label: _text(cell) for label, cell in re.findall(r'<td[^>]*data-label="([^"]+)"[^>]*>(.*?)</td>', row, re.S)
     }
     prefix = log_views.request_log_labels([log]).keys[log.key_id].prefix
-    assert {k: v for k, v in cells.items() if k != "Time"} == {
+    assert {k: v for k, v in cells.items() if k != "Time (UTC)"} == {
         "Key": f"ursula laptop {prefix}",
         "Requested": "default",
         "Served by": "mistral via backup",
