@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import random
 import re
 import time
@@ -60,6 +61,11 @@ _FINISHED = re.compile(rb'"finish_reason"\s*:\s*"')
 # The longest unfinished line the default path carries to the next chunk to read it whole; a longer one passes
 # through unread (no event this gateway reads from a stream is near it).
 _CARRY_MAX = 64 * 1024
+# How an SSE body may begin: an event's field, a comment (a keep-alive), or a blank line. The default path commits
+# its 200 on such a first chunk and holds anything else (a whole JSON answer is no stream).
+_SSE_START = (b"data:", b":", b"event:", b"id:", b"retry:", b"\n", b"\r")
+_BOM = b"\xef\xbb\xbf"
+_LINE_ENDS = (b"\n", b"\r")  # SSE allows CRLF, LF and a lone CR
 _ONE_ATTEMPT = (b"x-vidai-attempts", b"1")
 # The client's status for a call that got no response, by the transport's kind (else 502).
 _STATUS_OF_KIND = {"timeout": 504, "pool_full": 503}
@@ -373,10 +379,13 @@ class AttemptLoop:
                     if not started:
                         if held:
                             chunk = held + chunk
-                        if not (chunk.startswith(b"data:") or b"\ndata:" in chunk):
+                        if chunk.startswith(_BOM):
+                            chunk = chunk[3:]  # an SSE reader ignores it; so does every line check below
+                        if not chunk.startswith(_SSE_START):
+                            # Not (yet) SSE: a JSON body, say, or a first chunk cut inside `data:`.
                             held = chunk
                             if len(held) > _CARRY_MAX:
-                                break  # far more than any preamble, and still no event: not a stream
+                                break  # far more than any line start, and still nothing of SSE: not a stream
                             continue
                         held = b""
                         await send({"type": "http.response.start", "status": 200, "headers": [*SSE_HEADERS, *headers]})
@@ -384,10 +393,10 @@ class AttemptLoop:
                         call.ttfb = (time.perf_counter() - call.started) * 1000
                         started = True
                     lines = pending + chunk if pending else chunk
-                    if chunk.endswith(b"\n"):
+                    if chunk.endswith(_LINE_ENDS):
                         pending = b""
                     else:
-                        cut = lines.rfind(b"\n") + 1
+                        cut = max(lines.rfind(b"\n"), lines.rfind(b"\r")) + 1
                         lines, pending = lines[:cut], lines[cut:]
                         if len(pending) > _CARRY_MAX:
                             pending = b""  # longer than any event this gateway reads: passed through unread
@@ -1154,12 +1163,15 @@ def _take_answer(call: Exchange, body: bytes, provider: str) -> None:
     upstream's `bad_response` (a 502, a connection error to the breaker, moved on by the policy), before any
     outcome is told or any log written."""
     try:
-        data = orjson.loads(body)
+        try:
+            data = orjson.loads(body)
+        except orjson.JSONDecodeError:  # JSON orjson refuses (a lone surrogate escape, a BOM): Python's reads it
+            data = json.loads(body)
         if not isinstance(data, dict):
             raise TypeError(f"a JSON {type(data).__name__}, not an object")
         if call.shape is not None:
             call.shape(data)
-    except (orjson.JSONDecodeError, TranslationError, TypeError, ValueError, KeyError, AttributeError) as exc:
+    except (TranslationError, TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
         raise UpstreamError("bad_response", f"{provider} sent an answer this gateway cannot read: {exc}") from None
     _take_usage(call, data.get("usage"))
 
@@ -1168,7 +1180,8 @@ def _finish_in_event(lines: bytes) -> bool:
     """A finish reason in a `data:` line of `lines` (a JSON body's, or a comment's, is none)."""
     match = _FINISHED.search(lines)
     while match is not None:
-        if lines.startswith(b"data:", lines.rfind(b"\n", 0, match.start()) + 1):
+        start = max(lines.rfind(b"\n", 0, match.start()), lines.rfind(b"\r", 0, match.start())) + 1
+        if lines.startswith(b"data:", start):
             return True
         match = _FINISHED.search(lines, match.end())
     return False
@@ -1176,7 +1189,7 @@ def _finish_in_event(lines: bytes) -> bool:
 
 def _done_line(lines: bytes) -> bool:
     """Whether one of `lines` is `data: [DONE]` (as the policy path reads it)."""
-    for line in lines.split(b"\n"):
+    for line in lines.replace(b"\r", b"\n").split(b"\n"):
         if line.startswith(b"data:") and line[5:].strip() == b"[DONE]":
             return True
     return False

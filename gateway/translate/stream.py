@@ -57,6 +57,7 @@ class AnthropicToOpenAIStream:
     def __init__(self, model: str, *, include_usage: bool = False, created: int | None = None) -> None:
         self.model = model
         self.include_usage = include_usage
+        self._usage_sent = False
         self.created = int(time.time()) if created is None else created
         self.id = ""
         self.finish_reason: str | None = None
@@ -125,14 +126,21 @@ class AnthropicToOpenAIStream:
         if not stop or not isinstance(stop, str):  # one that is not a string reads as absent
             return []
         self.finish_reason = STOP_TO_FINISH.get(stop, "stop")
-        return [self._chunk({}, finish_reason=self.finish_reason)]
+        # The usage is final here (message_delta carries the output count): sent at once, so a stream the
+        # upstream then holds open, or cuts before its message_stop, has delivered it.
+        return [self._chunk({}, finish_reason=self.finish_reason), *self._usage_chunk()]
 
     def _on_message_stop(self, _data: Json) -> list[Json]:
         self.done = True
         chunks = [] if self.finish_reason else [self._chunk({}, finish_reason="stop")]
-        if self.include_usage:
-            chunks.append({**self._envelope(), "choices": [], "usage": self.usage})
-        return chunks
+        return [*chunks, *self._usage_chunk()]
+
+    def _usage_chunk(self) -> list[Json]:
+        """The usage chunk (with include_usage), once."""
+        if not self.include_usage or self._usage_sent:
+            return []
+        self._usage_sent = True
+        return [{**self._envelope(), "choices": [], "usage": self.usage}]
 
     def _on_error(self, data: Json) -> list[Json]:
         self.done = True

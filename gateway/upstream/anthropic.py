@@ -79,9 +79,10 @@ class AnthropicAdapter(HttpAdapter):
             if not isinstance(parsed, dict):  # `null`, a list, a string, a number: JSON, but no Messages response
                 raise TypeError(f"a JSON {type(parsed).__name__}, not an object")
             answer = anthropic_to_openai_response(parsed, model=served)
+            rewritten = orjson.dumps(answer)  # orjson writes at most 254 levels deep; it reads 1,024
         except (orjson.JSONDecodeError, TranslationError, TypeError, ValueError, KeyError, AttributeError) as exc:
             raise UpstreamError("bad_response", f"{self.provider.name} sent an answer this gateway cannot read: {exc}")
-        return UpstreamResponse(200, [_JSON, *kept], orjson.dumps(answer))
+        return UpstreamResponse(200, [_JSON, *kept], rewritten)
 
 
 async def _translated(raw: RawResponse, model: str, include_usage: bool) -> AsyncIterator[bytes]:
