@@ -135,6 +135,7 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "core.middleware.HtmxMessagesMiddleware",
+    "core.middleware.ConcurrentAbortMiddleware",
 ]
 
 ROOT_URLCONF = "gateway.urls" if GATEWAY_PROCESS else "controlplane.urls"

@@ -27,20 +27,26 @@ from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from core.errors import ApplicationError, ValidationFailed
+from core.errors import CONCURRENT_ABORT_MESSAGE, ApplicationError, ValidationFailed, concurrent_abort
 
 if TYPE_CHECKING:
     from drf_spectacular.openapi import AutoSchema
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
-    """Map ApplicationError to 400/409 with a message and per-field errors, an oversized body to 413."""
+    """Map ApplicationError to 400/409 with a message and per-field errors, an oversized body to 413, and a
+    transaction the database aborted for a concurrent one (a deadlock) to 409."""
     if isinstance(exc, RequestDataTooBig):
         # Raised by Django when the parser reads the body; unhandled it becomes an HTML 400.
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         return Response(
             {"detail": f"Request body is too large: the limit is {limit} bytes."},
             status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE,
+        )
+    if concurrent_abort(exc):  # a deadlock between two writers: this one was rolled back whole
+        return Response(
+            {"detail": CONCURRENT_ABORT_MESSAGE, "errors": {"__all__": [CONCURRENT_ABORT_MESSAGE]}},
+            status=status.HTTP_409_CONFLICT,
         )
     if isinstance(exc, ApplicationError):
         body: dict[str, Any] = {"detail": exc.message}

@@ -32,3 +32,24 @@ class NotFound(ApplicationError):
     """The object the change is about does not exist (API 404)."""
 
     status_code = 404
+
+
+# PostgreSQL's SQLSTATEs for a transaction it aborted because it ran into another: a deadlock between two writers
+# that locked the same rows in opposite orders, or a serialisation failure. Nothing of it was saved.
+CONCURRENT_ABORT_STATES = frozenset({"40P01", "40001"})
+CONCURRENT_ABORT_MESSAGE = (
+    "Another change to the same objects was being saved at the same time; nothing was saved. Try again."
+)
+
+
+def concurrent_abort(exc: BaseException) -> bool:
+    """Whether `exc` is the database aborting this transaction for another's sake (retrying may succeed)."""
+    from django.db import OperationalError
+
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    return (
+        getattr(cause, "sqlstate", None) in CONCURRENT_ABORT_STATES
+        or getattr(cause, "pgcode", None) in CONCURRENT_ABORT_STATES
+    )

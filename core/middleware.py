@@ -32,3 +32,22 @@ class HtmxMessagesMiddleware:
             triggers["messages"] = pending
             response["HX-Trigger"] = json.dumps(triggers)
         return response
+
+
+class ConcurrentAbortMiddleware:
+    """A console request whose transaction the database aborted for a concurrent one (two writers that locked the
+    same rows in opposite orders): a 409 with a message, not a 500. Nothing of it was saved. htmx shows a 409 as
+    a toast; a form posted without JavaScript gets the message on a plain page."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        return self.get_response(request)
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        from core.errors import CONCURRENT_ABORT_MESSAGE, concurrent_abort
+
+        if not concurrent_abort(exception):
+            return None
+        return HttpResponse(CONCURRENT_ABORT_MESSAGE, status=409, content_type="text/plain; charset=utf-8")
