@@ -11,7 +11,7 @@ import pytest
 
 from tests.gateway.resilience_helpers import FAST, content
 from tests.gateway.test_attempts_review import SSE, Upstream, chunk, point, rig2, wait_disconnect
-from tests.gateway.test_fault_matrix import COMPLETION, JSON, NO_RETRY, answer, speaks
+from tests.gateway.test_fault_matrix import COMPLETION, JSON, NO_RETRY, answer, anthropic_answer_events, speaks
 from tests.servers import serve
 
 STREAM_BODY = {"model": "gpt-4o", "stream": True, "messages": [{"role": "user", "content": "hi"}]}
@@ -87,27 +87,9 @@ def test_anthropic_upstream_200_object_that_cannot_be_rewritten_is_a_bad_respons
 # --- 3. An Anthropic stream held open after message_delta: its usage is owed (docs/protocols.md) ---------------
 
 
-def _event(name: str, data: dict[str, Any]) -> bytes:
-    return b"event: " + name.encode() + b"\ndata: " + orjson.dumps({"type": name, **data}) + b"\n\n"
-
-
 async def _delta_then_hold(receive: Any, send: Any, body: bytes) -> None:
     await send({"type": "http.response.start", "status": 200, "headers": SSE})
-    message = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "m",
-        "content": [],
-        "usage": {"input_tokens": 3, "output_tokens": 0},
-    }
-    events = [
-        _event("message_start", {"message": message}),
-        _event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
-        _event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "hello"}}),
-        _event("content_block_stop", {"index": 0}),
-        _event("message_delta", {"delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 7}}),
-    ]
+    events = anthropic_answer_events("end_turn", 7)
     await send({"type": "http.response.body", "body": b"".join(events), "more_body": True})
     await wait_disconnect(receive)  # held open: no message_stop
 

@@ -318,8 +318,8 @@ def _event(name: str, data: dict[str, Any]) -> bytes:
 ODD_STOP = {"odd": 1}
 
 
-async def _odd_stop_stream(receive: Any, send: Any, body: bytes) -> None:
-    await send({"type": "http.response.start", "status": 200, "headers": SSE})
+def anthropic_answer_events(stop_reason: Any, output_tokens: int) -> list[bytes]:
+    """An Anthropic Messages stream saying "hello", up to its message_delta (the stop reason and the usage)."""
     message = {
         "id": "msg_1",
         "type": "message",
@@ -328,15 +328,18 @@ async def _odd_stop_stream(receive: Any, send: Any, body: bytes) -> None:
         "content": [],
         "usage": {"input_tokens": 3, "output_tokens": 0},
     }
-    events = [
+    return [
         _event("message_start", {"message": message}),
         _event("content_block_start", {"index": 0, "content_block": {"type": "text", "text": ""}}),
         _event("content_block_delta", {"index": 0, "delta": {"type": "text_delta", "text": "hello"}}),
         _event("content_block_stop", {"index": 0}),
-        _event("message_delta", {"delta": {"stop_reason": ODD_STOP}, "usage": {"output_tokens": 1}}),
-        _event("message_stop", {}),
+        _event("message_delta", {"delta": {"stop_reason": stop_reason}, "usage": {"output_tokens": output_tokens}}),
     ]
-    for event in events:
+
+
+async def _odd_stop_stream(receive: Any, send: Any, body: bytes) -> None:
+    await send({"type": "http.response.start", "status": 200, "headers": SSE})
+    for event in [*anthropic_answer_events(ODD_STOP, 1), _event("message_stop", {})]:
         await send({"type": "http.response.body", "body": event, "more_body": True})
     await send({"type": "http.response.body", "body": b"", "more_body": False})
 
