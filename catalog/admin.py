@@ -390,7 +390,7 @@ class ApiKeyAdmin(ServiceAdmin):
 
 
 @admin.register(ConsoleToken)
-class ConsoleTokenAdmin(admin.ModelAdmin):
+class ConsoleTokenAdmin(ServiceAdmin):
     """Read-only: `manage.py create_api_token` issues tokens (the secret is shown once); here they are revoked."""
 
     list_display = ["prefix", "user", "name", "created_at", "last_used_at", "revoked_at"]

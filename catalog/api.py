@@ -14,6 +14,7 @@ from rest_framework.views import APIView
 
 from catalog.enums import Capability, Protocol, ScopeType
 from catalog.models import Agent, ApiKey, Application, LlmModel, Provider, Team
+from catalog.references import model_name_lock_first
 from catalog.selectors import (
     agent_list,
     api_key_list,
@@ -32,18 +33,22 @@ from catalog.services import (
     agent_create,
     agent_delete,
     agent_update,
+    agent_update_locks_first,
     api_key_issue,
     api_key_revoke,
     api_key_update,
+    api_key_update_locks_first,
     application_create,
     application_delete,
     application_update,
+    application_update_locks_first,
     llm_model_create,
     llm_model_delete,
     llm_model_update,
     provider_create,
     provider_delete,
     provider_update,
+    provider_update_locks_first,
     team_create,
     team_delete,
     team_update,
@@ -191,7 +196,7 @@ class ProviderUpdateApi(APIView):
         return ProviderUpdateApi._update(request, provider_id, partial=True)
 
     @staticmethod
-    @row_locked_update(Provider)
+    @row_locked_update(Provider, first=provider_update_locks_first)
     def _update(request: Request, provider_id: int, *, partial: bool) -> Response:
         provider = get_object_or_404(provider_list(), pk=provider_id)
         data = input_validate(ProviderCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -304,7 +309,7 @@ class LlmModelUpdateApi(APIView):
         return LlmModelUpdateApi._update(request, model_id, partial=True)
 
     @staticmethod
-    @row_locked_update(LlmModel)
+    @row_locked_update(LlmModel, first=model_name_lock_first)
     def _update(request: Request, model_id: int, *, partial: bool) -> Response:
         model = get_object_or_404(llm_model_list(), pk=model_id)
         data = input_validate(LlmModelCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -476,7 +481,7 @@ class ApplicationUpdateApi(APIView):
         return ApplicationUpdateApi._update(request, application_id, partial=True)
 
     @staticmethod
-    @row_locked_update(Application)
+    @row_locked_update(Application, first=application_update_locks_first)
     def _update(request: Request, application_id: int, *, partial: bool) -> Response:
         application = get_object_or_404(application_list(), pk=application_id)
         data = input_validate(ApplicationCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -558,7 +563,7 @@ class AgentUpdateApi(APIView):
         return AgentUpdateApi._update(request, agent_id, partial=True)
 
     @staticmethod
-    @row_locked_update(Agent)
+    @row_locked_update(Agent, first=agent_update_locks_first)
     def _update(request: Request, agent_id: int, *, partial: bool) -> Response:
         agent = get_object_or_404(agent_list(), pk=agent_id)
         data = input_validate(AgentCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -682,7 +687,7 @@ class ApiKeyUpdateApi(APIView):
         return ApiKeyUpdateApi._update(request, key_id, partial=True)
 
     @staticmethod
-    @row_locked_update(ApiKey)
+    @row_locked_update(ApiKey, first=api_key_update_locks_first)
     def _update(request: Request, key_id: int, *, partial: bool) -> Response:
         key = get_object_or_404(api_key_list(), pk=key_id)
         data = input_validate(ApiKeyUpdateApi.InputSerializer(data=request.data, partial=partial))

@@ -11,10 +11,10 @@ routing rules 20, guardrails 30, aliases 40; catalog's own "models" come last). 
 replaces it, so a second ready() does not double it.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from typing import Protocol
+from typing import Any, Protocol
 
 from catalog.models import LlmModel, Provider
 from core import db
@@ -196,6 +196,13 @@ def model_name_lock(*, name: str) -> None:
     row lock of the write."""
     if cleaned := (name or "").strip():
         db.advisory_lock(f"name:{cleaned}")
+
+
+def model_name_lock_first(data: Mapping[str, Any], stored: Any) -> None:
+    """The lock a model's or an alias's update takes before the edited row: that of the name its body gives it,
+    or of the stored `name` when the body leaves it out (see `core.api.row_locked_update`)."""
+    name = data.get("name", stored.name)
+    model_name_lock(name=name if isinstance(name, str) else "")
 
 
 def reference_label(kind: str) -> str:

@@ -5,14 +5,17 @@ A form subclasses ServiceForm (the service's input and check); an admin subclass
 declares the services it saves and deletes with, or ServiceAdmin when it writes some other way.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.options import ActionLocation
 from django.db import models, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
+from core.db import for_update
 from core.errors import ApplicationError, ValidationFailed
 
 
@@ -28,7 +31,14 @@ class ServiceForm(forms.ModelForm):
         if self.errors:
             return cleaned  # the service would only repeat what the fields already say
         try:
-            self.service_validate(self.service_input())
+            # In a savepoint rolled back at its end: the checks lock the rows they resolve, and the save's service
+            # takes its locks in the one order (a name's lock before any row's, say); locks the form kept would
+            # come first, and a concurrent write taking them in order and this one would each wait for the other.
+            with transaction.atomic():
+                try:
+                    self.service_validate(self.service_input())
+                finally:
+                    transaction.set_rollback(True)
         except ValidationFailed as exc:
             for field, problems in exc.errors.items():
                 self.add_error(field if field in self.fields else None, problems)
@@ -40,8 +50,30 @@ class ServiceForm(forms.ModelForm):
         return self.instance if self.instance.pk else None
 
 
+def _selected_locked_first(func: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(func)
+    def locked_first(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Any) -> Any:
+        # By key: the changelist's own query may be DISTINCT (a search), which PostgreSQL cannot lock.
+        selected = modeladmin.model._default_manager.filter(pk__in=queryset.values("pk")).order_by("pk")
+        list(for_update(selected).values_list("pk", flat=True))
+        return func(modeladmin, request, queryset)
+
+    return locked_first
+
+
 class ServiceAdmin(admin.ModelAdmin):
-    """Turns a service refusal (ApplicationError) into an error message; the transaction rolls back."""
+    """Turns a service refusal (ApplicationError) into an error message; the transaction rolls back.
+
+    An action (a bulk delete, revoke, (de)activation) locks every selected row, in primary key order, before it
+    writes the first: each row's service audits, and the first audit event takes the audit log's lock, which
+    comes after every row's in the one lock order (docs/decisions.md)."""
+
+    def get_actions(self, request: HttpRequest, action_location: Any = ActionLocation.CHANGE_LIST) -> Any:
+        actions = super().get_actions(request, action_location=action_location)
+        for action in actions.values():
+            if action is not None:
+                action.func = _selected_locked_first(action.func)
+        return actions
 
     def _refused(self, request: HttpRequest, exc: ApplicationError, url: str) -> HttpResponse:
         self.message_user(request, exc.message, messages.ERROR)

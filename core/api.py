@@ -9,7 +9,7 @@ OpenAPI 3.0.3 tools read as nullable.
 
 import copy
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -117,7 +117,17 @@ def paginated_response(*, request: Request, view: APIView, queryset: Any, serial
     return paginator.get_paginated_response(serializer_class(page, many=True).data)
 
 
-def row_locked_update(model: type[models.Model]) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
+class _RowMoved(Exception):
+    """The row changed between the unlocked read `first` was given and its lock: run the transaction again."""
+
+
+# Runs of a locked update whose row changed under it before the last one goes ahead with the locks it took.
+_LOCKED_UPDATE_ATTEMPTS = 3
+
+
+def row_locked_update(
+    model: type[models.Model], *, first: Callable[[Mapping[str, Any], Any], None] | None = None
+) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
     """Run an update view's `_update(request, pk, *, partial)` in one transaction that locks the row first.
 
     A PATCH keeps the fields it does not send from the stored row. Read before the lock, that row may be stale:
@@ -125,6 +135,13 @@ def row_locked_update(model: type[models.Model]) -> Callable[[Callable[..., Resp
     one change was silently undone. Locked first, the second PATCH waits for the first and merges into what
     it saved. (On SQLite the transaction's BEGIN IMMEDIATE serialises writers the same way.) A missing row
     locks nothing, and the view answers 404 as before.
+
+    `first(data, stored)` takes the locks the update's service takes before this row in the one lock order
+    (docs/decisions.md, "One lock order": a model's or an alias's name, an application's team, the models a
+    provider's deployments name, ...), from the request's data and the row as stored (read without a lock):
+    taken after the row, a concurrent write taking them in order (a team's delete, a model's create) and this
+    one would each wait for the other, a deadlock. Should the row change between that read and its lock (what
+    `first` locked may no longer be what it names), the transaction is rolled back and run again.
 
     The body is read before the lock: read lazily inside it, a client that stops sending halfway would hold
     the row (and its transaction) for as long as it stalls. `FOR NO KEY UPDATE` keeps rows that only refer to
@@ -134,11 +151,21 @@ def row_locked_update(model: type[models.Model]) -> Callable[[Callable[..., Resp
     def wrap(view: Callable[..., Response]) -> Callable[..., Response]:
         @functools.wraps(view)
         def locked(request: Request, pk: int, *args: Any, **kwargs: Any) -> Response:
-            request.data  # noqa: B018 - parsed now, off the lock (a parse error is answered as before)
-            with transaction.atomic():
-                rows = model._default_manager.select_for_update(no_key=True).filter(pk=pk)
-                list(rows.values_list("pk", flat=True))
-                return view(request, pk, *args, **kwargs)
+            data = request.data  # parsed now, off the lock (a parse error is answered as before)
+            for attempt in range(1, _LOCKED_UPDATE_ATTEMPTS + 1):
+                try:
+                    with transaction.atomic():
+                        rows = model._default_manager.filter(pk=pk)
+                        seen = rows.values().first() if first is not None else None
+                        if first is not None and seen is not None and isinstance(data, Mapping):
+                            first(data, model(**seen))
+                        stored = rows.select_for_update(no_key=True).values().first()
+                        if stored != seen and first is not None and attempt < _LOCKED_UPDATE_ATTEMPTS:
+                            raise _RowMoved
+                        return view(request, pk, *args, **kwargs)
+                except _RowMoved:
+                    continue
+            raise AssertionError("unreachable: the last attempt goes ahead")
 
         return locked
 

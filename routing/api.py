@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.api import ScopeOutputSerializer, ScopeSerializer, scope_fields
+from catalog.references import model_name_lock_first
 from core.api import (
     StandardPagination,
     StrictBooleanField,
@@ -213,7 +214,7 @@ class AliasUpdateApi(APIView):
         return AliasUpdateApi._update(request, alias_id, partial=True)
 
     @staticmethod
-    @row_locked_update(Alias)
+    @row_locked_update(Alias, first=model_name_lock_first)
     def _update(request: Request, alias_id: int, *, partial: bool) -> Response:
         alias = get_object_or_404(alias_list(), pk=alias_id)
         data = input_validate(AliasCreateApi.InputSerializer(data=request.data, partial=partial))

@@ -1,6 +1,6 @@
 """Validation and write helpers every catalog service shares (name_checked also serves routing.services)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.db import IntegrityError, models, transaction
@@ -80,6 +80,18 @@ def lock_all_named(model: type[models.Model], *names: str | None) -> None:
     wanted = {n for n in ((name or "").strip() for name in names) if n}
     if len(wanted) > 1:
         list(for_update(model._default_manager.filter(name__in=wanted).order_by("pk")).values_list("pk"))
+
+
+def lock_reference_first(model: type[models.Model], data: Mapping[str, Any], field: str, stored_id: int | None) -> None:
+    """Lock the row of `model` an update's body names in `field` (by name), or the stored row names (by key) when
+    the body leaves the field out: the lock the update's service takes, taken before the edited row's (see
+    `core.api.row_locked_update`)."""
+    if field in data:
+        value = data[field]
+        if isinstance(value, str) and value.strip():
+            lock_named(model, value.strip())
+    elif stored_id is not None:
+        lock_named(model, stored_id, field="pk")
 
 
 def refuse_if_referenced(what: str, refs: dict[str, list[str]]) -> None:

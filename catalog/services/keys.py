@@ -1,5 +1,6 @@
 """Writes of gateway API keys: issued to an active user, renamed or re-attributed, revoked (never deleted)."""
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,7 +11,14 @@ from audit.services import audit_record
 from catalog.keys import KEY_PREFIX
 from catalog.models import Agent, ApiKey, Application, Team
 from catalog.selectors import user_by_username
-from catalog.services._shared import audit_update, create_with_fresh_prefix, lock_named, named, revoke_once
+from catalog.services._shared import (
+    audit_update,
+    create_with_fresh_prefix,
+    lock_named,
+    lock_reference_first,
+    named,
+    revoke_once,
+)
 from core.configbus import config_publish
 from core.types import Actor
 from core.validation import FieldErrors
@@ -148,6 +156,14 @@ def api_key_issue(*, actor: Actor, data: ApiKeyInput, username: str | None = Non
     fields = _api_key_fields(errors, data)
     errors.raise_if_any()
     return api_key_create(actor=actor, user=user, **fields)
+
+
+def api_key_update_locks_first(data: Mapping[str, Any], stored: ApiKey) -> None:
+    """The locks api_key_update takes before the key's row: its team's, application's and agent's, in that
+    order (gateway keys come last)."""
+    lock_reference_first(Team, data, "team", stored.team_id)
+    lock_reference_first(Application, data, "application", stored.application_id)
+    lock_reference_first(Agent, data, "agent", stored.agent_id)
 
 
 @transaction.atomic

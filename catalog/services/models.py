@@ -6,6 +6,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import transaction
+from django.db.models import Q
 
 from audit.services import audit_record
 from catalog.enums import Capability
@@ -139,6 +140,7 @@ def llm_model_update(*, actor: Actor, model: LlmModel, data: LlmModelInput) -> L
     that names the model locks it too, so a provider move and a chain cannot both pass their checks."""
     model_name_lock(name=data.name)
     model = lock_stored(model, what=f"Model “{model.name}”", related=("provider",))
+    _providers_locked(model=model, data=data)
     fields = _llm_model_validate(data, exclude_pk=model.pk)
     before = _llm_model_snapshot(model)
     old_name = model.name
@@ -154,6 +156,16 @@ def llm_model_update(*, actor: Actor, model: LlmModel, data: LlmModelInput) -> L
     audit_update(actor=actor, object_type="model", obj=model, before=before, after=_llm_model_snapshot(model))
     transaction.on_commit(config_publish)
     return model
+
+
+def _providers_locked(*, model: LlmModel, data: LlmModelInput) -> None:
+    """Lock, in one query in primary key order, every provider the update locks: the one the model will be
+    served by and, on a rename, those deploying it (which the rename edits). Locked one by one, the first before
+    the others, two updates could each hold a provider the other waits for."""
+    wanted = Q(name=(data.provider or "").strip())
+    if (data.name or "").strip() != model.name:
+        wanted |= Q(pk__in=[provider.pk for provider in providers_deploying(model_name=model.name)])
+    list(Provider.objects.select_for_update().filter(wanted).order_by("pk").values_list("pk", flat=True))
 
 
 def _deployments_rename(*, actor: Actor, old: str, new: str) -> Callable[[], None]:

@@ -1,6 +1,6 @@
 """Writes of teams, applications and agents: the targets gateway keys and scopes name."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,7 @@ from catalog.services._shared import (
     audit_update,
     delete_checked,
     lock_named,
+    lock_reference_first,
     lock_stored,
     name_checked,
     named,
@@ -178,6 +179,11 @@ def application_create(*, actor: Actor, data: ApplicationInput) -> Application:
     return application
 
 
+def application_update_locks_first(data: Mapping[str, Any], stored: Application) -> None:
+    """The lock application_update takes before the application's row: its team's (teams come first)."""
+    lock_reference_first(Team, data, "team", stored.team_id)
+
+
 @transaction.atomic
 def application_update(*, actor: Actor, application: Application, data: ApplicationInput) -> Application:
     fields = _application_validate(data, exclude_pk=application.pk)
@@ -256,6 +262,11 @@ def agent_create(*, actor: Actor, data: AgentInput) -> Agent:
     )
     transaction.on_commit(config_publish)
     return agent
+
+
+def agent_update_locks_first(data: Mapping[str, Any], stored: Agent) -> None:
+    """The lock agent_update takes before the agent's row: its application's (applications come first)."""
+    lock_reference_first(Application, data, "application", stored.application_id)
 
 
 @transaction.atomic

@@ -2,6 +2,7 @@
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -138,6 +139,19 @@ def _deployment_problem(model: object, deployment: object) -> str | None:
     return None
 
 
+def _models_locked(names: Iterable[str]) -> list[LlmModel]:
+    """The models with these names, locked in primary key order."""
+    return list(for_update(LlmModel.objects.filter(name__in=set(names)).order_by("pk")))
+
+
+def provider_update_locks_first(data: Mapping[str, Any], stored: Provider) -> None:
+    """The locks provider_update takes before the provider's row: the models its deployments will name (models
+    come first)."""
+    deployments = data.get("deployments", stored.deployments)
+    if isinstance(deployments, dict):
+        _models_locked(m.strip() for m in deployments if isinstance(m, str))
+
+
 def _deployments_checked(errors: FieldErrors, value: object) -> dict[str, str]:
     """An object of catalog model name → deployment name. An unknown model is an error, not a warning: a typo
     would silently send that model to a deployment named after itself."""
@@ -153,8 +167,7 @@ def _deployments_checked(errors: FieldErrors, value: object) -> dict[str, str]:
     cleaned = {model.strip(): deployment.strip() for model, deployment in value.items()}
     # Locked (in primary key order), before the provider row itself: a rename or a delete of a model locks it
     # first, so the deployment either waits and finds the new name refused, or the rename carries it over.
-    named = for_update(LlmModel.objects.filter(name__in=cleaned).order_by("pk"))
-    known = {model.name for model in named}
+    known = {model.name for model in _models_locked(cleaned)}
     if unknown := [m for m in cleaned if m not in known]:
         names = ", ".join(f"“{m}”" for m in unknown)
         errors.add(

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from django.db import transaction
+from django.db import models, transaction
 
 from audit.services import audit_record
 from catalog.enums import ScopeType
@@ -14,6 +14,17 @@ from core.configbus import config_publish
 from core.db import for_update
 from core.errors import ConflictError
 from core.types import Actor
+
+
+def _referrers_locked(user: Any) -> None:
+    """Lock, before the user, the rows whose reference to the user the delete sets to null (a chain's
+    `created_by`, say): a write of such a row locks it first and may then lock the user (a chain scoped to
+    them), so locked after the user, by the delete's UPDATE, the two could each wait for the other."""
+    # Hidden relations too (related_name="+"), as the delete's collector finds them.
+    for relation in type(user)._meta.get_fields(include_hidden=True):
+        if relation.auto_created and not relation.concrete and getattr(relation, "on_delete", None) is models.SET_NULL:
+            rows = relation.related_model._default_manager.filter(**{relation.field.name: user.pk}).order_by("pk")
+            list(for_update(rows).values_list("pk", flat=True))
 
 
 @transaction.atomic
@@ -29,6 +40,7 @@ def user_delete(*, actor: Actor, user: Any) -> None:
     user gone.
     """
     what = f"User “{user.get_username()}”"
+    _referrers_locked(user)
     user = lock_stored(user, what=what)
     refuse_if_referenced(what, scope_references(scope_type=ScopeType.USER, scope_id=user.pk))
     if keys := api_keys_of_user(user=user):
