@@ -169,8 +169,8 @@ def breaker_override_list() -> list[BreakerOverrideValues]:
 
 
 def breaker_override_get(*, provider: str, model: str) -> BreakerOverrideValues | None:
-    """One override, or None."""
-    row = BreakerOverride.objects.filter(provider=provider, model=model).first()
+    """One override, or None. The names are stripped, as breaker_override_set stores them."""
+    row = BreakerOverride.objects.filter(provider=provider.strip(), model=model.strip()).first()
     return _override_values(breaker_config_get(), row) if row is not None else None
 
 

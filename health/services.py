@@ -339,7 +339,9 @@ def breaker_override_set(*, actor: Actor, provider: str, model: str, data: Mappi
 
 @transaction.atomic
 def breaker_override_delete(*, actor: Actor, provider: str, model: str) -> None:
-    """Remove one override (the circuit goes back to the global thresholds); audit a full snapshot."""
+    """Remove one override (the circuit goes back to the global thresholds); audit a full snapshot. The names are
+    stripped, as breaker_override_set stores them."""
+    provider, model = provider.strip(), model.strip()
     row = BreakerOverride.objects.select_for_update().filter(provider=provider, model=model).first()
     if row is None:  # 404: a concurrent delete may have removed it since the caller looked
         raise NotFound(

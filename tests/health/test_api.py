@@ -178,6 +178,24 @@ def test_breaker_override_api_put_under_padded_names_answers_the_override_it_sav
     ]
 
 
+def test_breaker_override_api_get_and_delete_under_padded_names_find_the_override_put_saved(
+    admin_client, single_model_catalog
+):
+    """PUT under padded names saves openai/gpt-4o; GET and DELETE under the same URL used to answer 404."""
+    padded = "/api/breaker-config/overrides/openai%20/%20gpt-4o/"
+    admin_client.put(padded, {"failure_threshold": 3}, content_type="application/json")
+
+    got = admin_client.get(padded)
+    deleted = admin_client.delete(padded)
+
+    assert (got.status_code, got.json()["failure_threshold"]) == (200, 3)
+    assert deleted.status_code == 204
+    assert BreakerOverride.objects.count() == 0
+    assert AuditEvent.objects.filter(action="breaker_override.delete").values_list("object_id", flat=True).get() == (
+        "openai/gpt-4o"
+    )
+
+
 def test_breaker_override_api_delete_of_an_override_deleted_meanwhile_is_a_404(
     admin_client, single_model_catalog, monkeypatch
 ):
