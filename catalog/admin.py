@@ -38,6 +38,7 @@ from catalog.services import (
     application_update,
     application_validate,
     console_token_revoke,
+    deletes_locks_first,
     llm_model_create,
     llm_model_delete,
     llm_model_update,
@@ -51,6 +52,7 @@ from catalog.services import (
     team_update,
     team_validate,
     user_delete,
+    user_deletes_locks_first,
     user_set_active,
 )
 from core.admin import ServiceAdmin, ServiceForm, ServiceModelAdmin
@@ -234,6 +236,9 @@ class TeamAdmin(ServiceModelAdmin):
     delete_service = staticmethod(team_delete)
     service_keyword = "team"
 
+    def action_locks_first(self, pks: list[int]) -> None:
+        deletes_locks_first(self.model, pks)  # and what their deletes detach
+
 
 class ApplicationForm(ServiceForm):
     class Meta:
@@ -257,6 +262,10 @@ class ApplicationAdmin(ServiceModelAdmin):
     update_service = staticmethod(application_update)
     delete_service = staticmethod(application_delete)
     service_keyword = "application"
+
+    def action_locks_first(self, pks: list[int]) -> None:
+        deletes_locks_first(self.model, pks)  # and what their deletes detach
+
     stored_related = ("team",)
 
 
@@ -282,6 +291,10 @@ class AgentAdmin(ServiceModelAdmin):
     update_service = staticmethod(agent_update)
     delete_service = staticmethod(agent_delete)
     service_keyword = "agent"
+
+    def action_locks_first(self, pks: list[int]) -> None:
+        deletes_locks_first(self.model, pks)  # and what their deletes detach
+
     stored_related = ("application",)
 
 
@@ -489,6 +502,9 @@ class UserAdmin(AuditedSaveAdmin, DjangoUserAdmin):
 
     actions = ["deactivate_users", "activate_users"]
     audit_object_type = "user"
+
+    def action_locks_first(self, pks: list[int]) -> None:
+        user_deletes_locks_first(self.model, pks)  # the rows a delete nulls come before the users
 
     def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
         form = super().get_form(request, obj, change=change, **kwargs)

@@ -196,7 +196,7 @@ class ProviderUpdateApi(APIView):
         return ProviderUpdateApi._update(request, provider_id, partial=True)
 
     @staticmethod
-    @row_locked_update(Provider, first=provider_update_locks_first)
+    @row_locked_update(Provider, first=provider_update_locks_first, input_serializer=ProviderCreateApi.InputSerializer)
     def _update(request: Request, provider_id: int, *, partial: bool) -> Response:
         provider = get_object_or_404(provider_list(), pk=provider_id)
         data = input_validate(ProviderCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -309,7 +309,7 @@ class LlmModelUpdateApi(APIView):
         return LlmModelUpdateApi._update(request, model_id, partial=True)
 
     @staticmethod
-    @row_locked_update(LlmModel, first=model_name_lock_first)
+    @row_locked_update(LlmModel, first=model_name_lock_first, input_serializer=LlmModelCreateApi.InputSerializer)
     def _update(request: Request, model_id: int, *, partial: bool) -> Response:
         model = get_object_or_404(llm_model_list(), pk=model_id)
         data = input_validate(LlmModelCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -481,7 +481,9 @@ class ApplicationUpdateApi(APIView):
         return ApplicationUpdateApi._update(request, application_id, partial=True)
 
     @staticmethod
-    @row_locked_update(Application, first=application_update_locks_first)
+    @row_locked_update(
+        Application, first=application_update_locks_first, input_serializer=ApplicationCreateApi.InputSerializer
+    )
     def _update(request: Request, application_id: int, *, partial: bool) -> Response:
         application = get_object_or_404(application_list(), pk=application_id)
         data = input_validate(ApplicationCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -563,7 +565,7 @@ class AgentUpdateApi(APIView):
         return AgentUpdateApi._update(request, agent_id, partial=True)
 
     @staticmethod
-    @row_locked_update(Agent, first=agent_update_locks_first)
+    @row_locked_update(Agent, first=agent_update_locks_first, input_serializer=AgentCreateApi.InputSerializer)
     def _update(request: Request, agent_id: int, *, partial: bool) -> Response:
         agent = get_object_or_404(agent_list(), pk=agent_id)
         data = input_validate(AgentCreateApi.InputSerializer(data=request.data, partial=partial))
@@ -687,7 +689,7 @@ class ApiKeyUpdateApi(APIView):
         return ApiKeyUpdateApi._update(request, key_id, partial=True)
 
     @staticmethod
-    @row_locked_update(ApiKey, first=api_key_update_locks_first)
+    @row_locked_update(ApiKey, first=api_key_update_locks_first, input_serializer=InputSerializer)
     def _update(request: Request, key_id: int, *, partial: bool) -> Response:
         key = get_object_or_404(api_key_list(), pk=key_id)
         data = input_validate(ApiKeyUpdateApi.InputSerializer(data=request.data, partial=partial))

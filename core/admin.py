@@ -52,10 +52,9 @@ class ServiceForm(forms.ModelForm):
 
 def _selected_locked_first(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
-    def locked_first(modeladmin: admin.ModelAdmin, request: HttpRequest, queryset: Any) -> Any:
+    def locked_first(modeladmin: "ServiceAdmin", request: HttpRequest, queryset: Any) -> Any:
         # By key: the changelist's own query may be DISTINCT (a search), which PostgreSQL cannot lock.
-        selected = modeladmin.model._default_manager.filter(pk__in=queryset.values("pk")).order_by("pk")
-        list(for_update(selected).values_list("pk", flat=True))
+        modeladmin.action_locks_first(list(queryset.order_by("pk").values_list("pk", flat=True)))
         return func(modeladmin, request, queryset)
 
     return locked_first
@@ -64,9 +63,14 @@ def _selected_locked_first(func: Callable[..., Any]) -> Callable[..., Any]:
 class ServiceAdmin(admin.ModelAdmin):
     """Turns a service refusal (ApplicationError) into an error message; the transaction rolls back.
 
-    An action (a bulk delete, revoke, (de)activation) locks every selected row, in primary key order, before it
-    writes the first: each row's service audits, and the first audit event takes the audit log's lock, which
-    comes after every row's in the one lock order (docs/decisions.md)."""
+    An action (a bulk delete, revoke, (de)activation) takes every lock its writes will take before it writes the
+    first (`action_locks_first`): each row's service audits, and the first audit event takes the audit log's
+    lock, which comes after every row's in the one lock order (docs/decisions.md)."""
+
+    def action_locks_first(self, pks: list[int]) -> None:
+        """Lock, in the one lock order, every row an action on the rows `pks` locks: here the rows themselves, in
+        primary key order. An admin whose deletes lock more (the rows they detach, say) locks those too."""
+        list(for_update(self.model._default_manager.filter(pk__in=pks).order_by("pk")).values_list("pk", flat=True))
 
     def get_actions(self, request: HttpRequest, action_location: Any = ActionLocation.CHANGE_LIST) -> Any:
         actions = super().get_actions(request, action_location=action_location)

@@ -126,7 +126,10 @@ _LOCKED_UPDATE_ATTEMPTS = 3
 
 
 def row_locked_update(
-    model: type[models.Model], *, first: Callable[[Mapping[str, Any], Any], None] | None = None
+    model: type[models.Model],
+    *,
+    first: Callable[[Mapping[str, Any], Any], None] | None = None,
+    input_serializer: type[serializers.Serializer] | None = None,
 ) -> Callable[[Callable[..., Response]], Callable[..., Response]]:
     """Run an update view's `_update(request, pk, *, partial)` in one transaction that locks the row first.
 
@@ -138,7 +141,8 @@ def row_locked_update(
 
     `first(data, stored)` takes the locks the update's service takes before this row in the one lock order
     (docs/decisions.md, "One lock order": a model's or an alias's name, an application's team, the models a
-    provider's deployments name, ...), from the request's data and the row as stored (read without a lock):
+    provider's deployments name, ...), from the request's data as `input_serializer` validates it (a body it
+    refuses is its 400, before any lock) and the row as stored (read without a lock):
     taken after the row, a concurrent write taking them in order (a team's delete, a model's create) and this
     one would each wait for the other, a deadlock. Should the row change between that read and its lock (what
     `first` locked may no longer be what it names), the transaction is rolled back and run again.
@@ -151,14 +155,17 @@ def row_locked_update(
     def wrap(view: Callable[..., Response]) -> Callable[..., Response]:
         @functools.wraps(view)
         def locked(request: Request, pk: int, *args: Any, **kwargs: Any) -> Response:
-            data = request.data  # parsed now, off the lock (a parse error is answered as before)
+            request.data  # noqa: B018 - parsed now, off the lock (a parse error is answered as before)
             for attempt in range(1, _LOCKED_UPDATE_ATTEMPTS + 1):
                 try:
                     with transaction.atomic():
                         rows = model._default_manager.filter(pk=pk)
                         seen = rows.values().first() if first is not None else None
-                        if first is not None and seen is not None and isinstance(data, Mapping):
-                            first(data, model(**seen))
+                        if first is not None and seen is not None:  # a missing row is the view's 404
+                            assert input_serializer is not None, "first needs the serializer of its data"
+                            # Validated (again by the view): a refused body is its 400, with no lock taken.
+                            serializer = input_serializer(data=request.data, partial=kwargs.get("partial", False))
+                            first(input_validate(serializer), model(**seen))
                         stored = rows.select_for_update(no_key=True).values().first()
                         if stored != seen and first is not None and attempt < _LOCKED_UPDATE_ATTEMPTS:
                             raise _RowMoved

@@ -214,7 +214,7 @@ class AliasUpdateApi(APIView):
         return AliasUpdateApi._update(request, alias_id, partial=True)
 
     @staticmethod
-    @row_locked_update(Alias, first=model_name_lock_first)
+    @row_locked_update(Alias, first=model_name_lock_first, input_serializer=AliasCreateApi.InputSerializer)
     def _update(request: Request, alias_id: int, *, partial: bool) -> Response:
         alias = get_object_or_404(alias_list(), pk=alias_id)
         data = input_validate(AliasCreateApi.InputSerializer(data=request.data, partial=partial))

@@ -35,6 +35,7 @@ from catalog.services.principals import (
     application_update,
     application_update_locks_first,
     application_validate,
+    deletes_locks_first,
     team_create,
     team_delete,
     team_update,
@@ -49,7 +50,7 @@ from catalog.services.providers import (
     provider_validate,
 )
 from catalog.services.tokens import console_token_create, console_token_revoke
-from catalog.services.users import user_delete, user_set_active
+from catalog.services.users import user_delete, user_deletes_locks_first, user_set_active
 
 __all__ = [
     "INT_MAX",
@@ -79,6 +80,7 @@ __all__ = [
     "application_validate",
     "console_token_create",
     "console_token_revoke",
+    "deletes_locks_first",
     "llm_model_create",
     "llm_model_delete",
     "llm_model_update",
@@ -97,5 +99,6 @@ __all__ = [
     "team_update",
     "team_validate",
     "user_delete",
+    "user_deletes_locks_first",
     "user_set_active",
 ]

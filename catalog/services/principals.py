@@ -1,10 +1,11 @@
 """Writes of teams, applications and agents: the targets gateway keys and scopes name."""
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from audit.services import audit_record
 from catalog.enums import ScopeType
@@ -40,6 +41,25 @@ def _detached(obj: Team | Application | Agent) -> dict[str, list[str]]:
     keys = for_update(ApiKey.objects.filter(**{field: obj}).order_by("pk"))
     detached["api_keys"] = [str(key) for key in keys]
     return {kind: sorted(names) for kind, names in detached.items() if names}
+
+
+def deletes_locks_first(model: type[Team] | type[Application] | type[Agent], pks: Iterable[int]) -> None:
+    """Lock every row deleting these teams, applications or agents locks, in the one order: the rows, then what
+    their deletes detach (a team's applications, an application's agents, then the keys of any), each table in
+    primary key order. A batch of deletes (the admin's "delete selected") takes them all before its first
+    delete's audit event takes the audit log's lock, which comes after every row's."""
+    pks = list(pks)
+    _locked(model.objects.filter(pk__in=pks))
+    field = {Team: "team", Application: "application", Agent: "agent"}[model]
+    if model is Team:
+        _locked(Application.objects.filter(team__in=pks))
+    if model is Application:
+        _locked(Agent.objects.filter(application__in=pks))
+    _locked(ApiKey.objects.filter(**{f"{field}__in": pks}))
+
+
+def _locked(rows: QuerySet[Any]) -> None:
+    list(for_update(rows.order_by("pk")).values_list("pk", flat=True))
 
 
 def _scoped_target_delete[T: (Team, Application, Agent)](

@@ -148,8 +148,9 @@ def provider_update_locks_first(data: Mapping[str, Any], stored: Provider) -> No
     """The locks provider_update takes before the provider's row: the models its deployments will name (models
     come first)."""
     deployments = data.get("deployments", stored.deployments)
-    if isinstance(deployments, dict):
-        _models_locked(m.strip() for m in deployments if isinstance(m, str))
+    # As _deployments_checked: deployments it refuses lock nothing.
+    if isinstance(deployments, dict) and not any(_deployment_problem(m, d) for m, d in deployments.items()):
+        _models_locked(m.strip() for m in deployments)
 
 
 def _deployments_checked(errors: FieldErrors, value: object) -> dict[str, str]:

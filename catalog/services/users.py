@@ -1,5 +1,6 @@
 """Writes of users the catalog owns: deleting one (refused while anything names them) and (de)activating."""
 
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import models, transaction
@@ -16,15 +17,25 @@ from core.errors import ConflictError
 from core.types import Actor
 
 
-def _referrers_locked(user: Any) -> None:
-    """Lock, before the user, the rows whose reference to the user the delete sets to null (a chain's
-    `created_by`, say): a write of such a row locks it first and may then lock the user (a chain scoped to
-    them), so locked after the user, by the delete's UPDATE, the two could each wait for the other."""
+def _referrers_locked(user_model: Any, pks: list[int]) -> None:
+    """Lock, before the users, the rows whose reference to them a delete sets to null (a chain's `created_by`,
+    say): a write of such a row locks it first and may then lock the user (a chain scoped to them), so locked
+    after the user, by the delete's UPDATE, the two could each wait for the other."""
     # Hidden relations too (related_name="+"), as the delete's collector finds them.
-    for relation in type(user)._meta.get_fields(include_hidden=True):
+    for relation in user_model._meta.get_fields(include_hidden=True):
         if relation.auto_created and not relation.concrete and getattr(relation, "on_delete", None) is models.SET_NULL:
-            rows = relation.related_model._default_manager.filter(**{relation.field.name: user.pk}).order_by("pk")
-            list(for_update(rows).values_list("pk", flat=True))
+            rows = relation.related_model._default_manager.filter(**{f"{relation.field.name}__in": pks})
+            list(for_update(rows.order_by("pk")).values_list("pk", flat=True))
+
+
+def user_deletes_locks_first(user_model: Any, pks: Iterable[int]) -> None:
+    """Lock every row deleting these users locks, in the one order: the rows that name them and are set to null,
+    the users, their console tokens. A batch of deletes (the admin's "delete selected") takes them all before its
+    first delete's audit event takes the audit log's lock, which comes after every row's."""
+    pks = list(pks)
+    _referrers_locked(user_model, pks)
+    list(for_update(user_model._default_manager.filter(pk__in=pks).order_by("pk")).values_list("pk", flat=True))
+    list(for_update(ConsoleToken.objects.filter(user_id__in=pks).order_by("pk")).values_list("pk", flat=True))
 
 
 @transaction.atomic
@@ -40,7 +51,7 @@ def user_delete(*, actor: Actor, user: Any) -> None:
     user gone.
     """
     what = f"User “{user.get_username()}”"
-    _referrers_locked(user)
+    _referrers_locked(type(user), [user.pk])
     user = lock_stored(user, what=what)
     refuse_if_referenced(what, scope_references(scope_type=ScopeType.USER, scope_id=user.pk))
     if keys := api_keys_of_user(user=user):

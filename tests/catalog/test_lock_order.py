@@ -20,6 +20,7 @@ from catalog.services import (
     LlmModelInput,
     TeamInput,
     agent_create,
+    api_key_revoke,
     api_key_update,
     application_create,
     application_delete,
@@ -327,3 +328,65 @@ def test_a_user_deleted_while_a_chain_they_created_is_scoped_to_them_waits_and_i
     assert outcome == {"first": "ok", "second": 409}
     assert django_user_model.objects.filter(pk=bob.pk).exists()
     assert FallbackChain.objects.get(pk=chain.pk).scope_id == bob.pk
+
+
+def test_an_admin_bulk_delete_of_a_user_locks_the_chains_they_created_before_the_user(
+    admin_user, admin_client, django_user_model, catalog, monkeypatch
+):
+    """As above, with the admin's "delete selected": the action locks what every delete of it locks, in order,
+    before the first one (the chains a delete nulls, then the users). T2 waits on the chain; T1 COMMIT; the delete
+    is refused (a message, 302). (Before: the action locked bob first, then waited on the chain.)"""
+    import chains.services as chain_services
+
+    bob = django_user_model.objects.create_user(username="bob", password="x")
+    chain = chain_create(
+        actor=bob, data=ChainInput(name="bob's", source_model="gpt-4o", entries=[EntryInput("claude-sonnet")])
+    )
+    pause, statuses = Pause(), {}
+    _pause_then(monkeypatch, chain_services, "scope_validate", pause)
+    scoped = ChainInput(
+        name="bob's", source_model="gpt-4o", entries=[EntryInput("claude-sonnet")], scope_type="user", scope_id=bob.pk
+    )
+    delete = {"action": "delete_selected", "_selected_action": [bob.pk], "post": "yes"}
+
+    outcome, blocked = race(
+        lambda: chain_update(actor=admin_user, chain_id=chain.pk, version=chain.version, data=scoped),
+        lambda: _status(statuses, "delete", admin_client.post("/admin/auth/user/", delete)),
+        pause,
+    )
+
+    assert blocked is True
+    assert outcome == {"first": "ok", "second": "ok"}
+    assert statuses == {"delete": 302}
+    assert django_user_model.objects.filter(pk=bob.pk).exists()
+    assert FallbackChain.objects.get(pk=chain.pk).scope_id == bob.pk
+
+
+def test_an_admin_bulk_delete_of_two_teams_locks_the_keys_they_detach_before_the_first_delete(
+    admin_user, admin_client, monkeypatch
+):
+    """T1 revokes a key of team beta: locks the key ... T2 deletes teams alpha and beta from the admin's list: locks
+    both teams, their applications and keys first, so waits on the key before it writes anything ... T1 audits,
+    COMMIT; T2 deletes both. (Before: alpha's delete audited, taking the audit log's lock, then beta's waited on
+    the key to detach it, while T1 waited on the audit log.)"""
+    import catalog.services._shared as shared
+
+    alpha = team_create(actor=admin_user, data=TeamInput(name="alpha"))
+    beta = team_create(actor=admin_user, data=TeamInput(name="beta"))
+    key = make_key(user=admin_user, actor=admin_user, name="ci", team=beta).key
+    pause, statuses = Pause(), {}
+    _pause_then(monkeypatch, shared, "audit_record", pause)
+    delete = {"action": "delete_selected", "_selected_action": [alpha.pk, beta.pk], "post": "yes"}
+
+    outcome, blocked = race(
+        lambda: api_key_revoke(actor=admin_user, key=ApiKey.objects.get(pk=key.pk)),
+        lambda: _status(statuses, "delete", admin_client.post("/admin/catalog/team/", delete)),
+        pause,
+    )
+
+    assert blocked is True
+    assert outcome == {"first": "ok", "second": "ok"}
+    assert statuses == {"delete": 302}
+    assert not Team.objects.exists()
+    key.refresh_from_db()
+    assert (key.team_id, key.revoked_at is not None) == (None, True)
