@@ -22,13 +22,16 @@ def _free_port() -> int:
 
 
 def _console_command(port: int) -> list[str]:
-    """The CMD with this test's app, a local port, one worker, and a timeout shorter than the slow response."""
+    """The CMD with this test's app, a local port, one worker, and a timeout shorter than the slow response (4 s).
+
+    2 s, not 1: the threaded worker tells its arbiter it is alive once per turn of its loop, which waits up to
+    1 s for an event, so with a 1 s timeout an idle worker on a busy machine was itself timed out."""
     program, app, *args = _dockerfile_cmd()
     assert (program, app) == ("gunicorn", "controlplane.wsgi")
     assert args[args.index("--bind") + 1] == "0.0.0.0:8000"
     args[args.index("--bind") + 1] = f"127.0.0.1:{port}"
     args[args.index("--workers") + 1] = "1"
-    return [sys.executable, "-m", "gunicorn", "tests.deploy.slow_wsgi:app", *args, "--timeout", "1"]
+    return [sys.executable, "-m", "gunicorn", "tests.deploy.slow_wsgi:app", *args, "--timeout", "2"]
 
 
 def test_a_response_longer_than_the_worker_timeout_arrives_whole():
