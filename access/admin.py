@@ -3,13 +3,12 @@
 from typing import Any
 
 from django.contrib import admin
-from django.db import transaction
 from django.http import HttpRequest
 from django.utils import timezone
 
 from access.forms import ThrottledAdminAuthenticationForm
 from access.models import AuthThrottle
-from access.services import auth_unlock
+from access.services import auth_unlock_many
 
 admin.site.login_form = ThrottledAdminAuthenticationForm
 
@@ -66,10 +65,8 @@ class AuthThrottleAdmin(admin.ModelAdmin):
 
     @admin.action(description="Unlock selected", permissions=["unlock"])
     def unlock(self, request: HttpRequest, queryset: Any) -> None:
-        # Locked in the order sign-in attempts lock them (by kind, then value), never against it.
-        selected = sorted(queryset, key=lambda throttle: (throttle.kind, throttle.value))
-        with transaction.atomic():
-            unlocked = [row for throttle in selected for row in auth_unlock(actor=request.user, throttle=throttle)]
+        selected = list(queryset)
+        unlocked = auth_unlock_many(actor=request.user, throttles=selected)  # every row locked first, in order
         chosen = {throttle.pk for throttle in selected}
         also = [str(row) for row in unlocked if row.pk not in chosen]
         message = f"Unlocked {len([row for row in unlocked if row.pk in chosen])} of {len(selected)} selected."

@@ -1,6 +1,7 @@
 """Writes of authentication throttles: an attempt reserved, a failure confirmed, a lockout and an unlock, each
 lockout and unlock audited."""
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -259,26 +260,40 @@ def auth_throttles_prune() -> int:
     return deleted
 
 
-@transaction.atomic
 def auth_unlock(*, actor: Actor, throttle: AuthThrottle) -> list[AuthThrottle]:
-    """End a lockout now and forget its failures (audited as "auth.unlock"); returns the rows unlocked.
+    """End one lockout now (`auth_unlock_many` of one row); returns the rows unlocked."""
+    unlocked = auth_unlock_many(actor=actor, throttles=[throttle])
+    throttle.refresh_from_db()
+    return unlocked
+
+
+@transaction.atomic
+def auth_unlock_many(*, actor: Actor, throttles: Iterable[AuthThrottle]) -> list[AuthThrottle]:
+    """End these lockouts now and forget their failures (each audited as "auth.unlock"); returns the rows
+    unlocked, by kind then value. A row not locked now is left alone.
 
     Unlocking an account also unlocks the client address the same attempt locked (same scope, same lockout
     end): typically the owner mistyped five times from their own machine, and an account unlocked from a still
-    locked address could not sign in. Empty when `throttle` was not locked.
+    locked address could not sign in.
+
+    Every row is locked before the first unlock is audited (the audit log's lock comes after every row's), in the
+    order sign-in attempts lock theirs: by kind (accounts before addresses), then value. Unlocked one by one, the
+    second row was locked after the first's audit event, and an attempt holding it (a lockout being recorded)
+    waited on the audit log while the unlock waited on the row.
     """
     now = timezone.now()
-    current = AuthThrottle.objects.select_for_update().filter(pk=throttle.pk).first()
-    if current is None or current.locked_until is None or current.locked_until <= now:
-        return []
-    rows = [current]
-    if current.kind == ThrottleKind.ACCOUNT:
-        rows += list(
-            AuthThrottle.objects.select_for_update()
-            .filter(scope=current.scope, kind=ThrottleKind.ADDRESS, locked_until=current.locked_until)
-            .order_by("pk")
-        )
-    for row in rows:
+    pks = {throttle.pk for throttle in throttles}
+    rows = AuthThrottle.objects.select_for_update()
+    accounts = list(rows.filter(pk__in=pks, kind=ThrottleKind.ACCOUNT).order_by("kind", "value"))
+    lockouts = [account for account in accounts if account.locked_until is not None and account.locked_until > now]
+    same_attempt = Q(pk__in=pks)
+    for account in lockouts:
+        same_attempt |= Q(scope=account.scope, locked_until=account.locked_until)
+    addresses = list(rows.filter(same_attempt, kind=ThrottleKind.ADDRESS).order_by("kind", "value"))
+    unlocked = []
+    for row in accounts + addresses:
+        if row.locked_until is None or row.locked_until <= now:
+            continue
         before = row.locked_until
         row.locked_until = None
         row.failures = []
@@ -290,11 +305,11 @@ def auth_unlock(*, actor: Actor, throttle: AuthThrottle) -> list[AuthThrottle]:
             object_type="auth_throttle",
             object_id=row.pk,
             object_repr=str(row),
-            before={"locked_until": before.isoformat() if before else None},
+            before={"locked_until": before.isoformat()},
             after={"locked_until": None},
         )
-    throttle.refresh_from_db()
-    return rows
+        unlocked.append(row)
+    return unlocked
 
 
 def notice_dismiss(*, user: Actor, notice: str) -> None:

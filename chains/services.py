@@ -13,6 +13,7 @@ from audit.services import audit_changes, audit_record
 from catalog.enums import ScopeType
 from catalog.models import LlmModel, Provider
 from catalog.scopes import Scope, scope_validate
+from catalog.services import actor_locked
 from chains.models import MAX_ENTRIES, ChainEntry, FallbackChain, ResilienceDefaults
 from chains.resilience import resilience_validate
 from chains.selectors import chain_get, chain_snapshot, resilience_defaults_effective, resilience_defaults_get
@@ -180,6 +181,7 @@ _CHAIN_TAKEN = "Another chain already covers this source model in this scope."
 def chain_create(*, actor: Actor, data: ChainInput) -> FallbackChain:
     """Create a chain with its entries and audit it."""
     r = _resolve(data, exclude_chain_id=None)
+    actor_locked(actor)  # the chain names its creator (after the models and the scope's target, as users come)
     resilience = r.resilience
     if resilience is None:
         resilience = {"enabled": bool(resilience_defaults_effective(resilience_defaults_get())["enabled"])}
@@ -347,6 +349,7 @@ def resilience_defaults_update(*, actor: Actor, version: int, policy: Mapping[st
     row.policy = clean
     row.version += 1
     row.updated_by = actor if isinstance(actor, get_user_model()) else None
+    actor_locked(actor)  # the row names its editor
     row.save()
     audit_changes(
         actor=actor,

@@ -1,7 +1,7 @@
 """Writes of catalog objects, one module per entity. Each service is one transaction and writes its audit
 event inside it. Every public name is re-exported here: callers import from `catalog.services`."""
 
-from catalog.services._shared import lock_all_named, lock_named, name_checked, named
+from catalog.services._shared import actor_locked, lock_all_named, lock_named, name_checked, named
 from catalog.services.keys import (
     ApiKeyInput,
     CreatedKey,
@@ -62,6 +62,7 @@ __all__ = [
     "LlmModelInput",
     "ProviderInput",
     "TeamInput",
+    "actor_locked",
     "agent_create",
     "agent_delete",
     "agent_update",

@@ -3,6 +3,7 @@
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import IntegrityError, models, transaction
 from django.db.models.deletion import ProtectedError
 from django.utils import timezone
@@ -92,6 +93,20 @@ def lock_reference_first(model: type[models.Model], data: Mapping[str, Any], fie
             lock_named(model, value.strip())
     elif stored_id is not None:
         lock_named(model, stored_id, field="pk")
+
+
+def actor_locked(actor: Actor) -> None:
+    """Lock the acting user's row FOR KEY SHARE, for a write whose new row names them (a chain's creator): the
+    foreign key is checked at COMMIT (it is deferred), which takes that lock after the audit log's, so a write
+    holding the user (a rule scoped to them, a key issued to them) and waiting on the audit log would deadlock
+    with it. Taken here, at the users' place in the one lock order, the check finds it held."""
+    pk = getattr(actor, "pk", None) if getattr(actor, "is_authenticated", False) else None
+    connection = transaction.get_connection()
+    if pk is not None and connection.in_atomic_block and connection.vendor == "postgresql":
+        meta, quote = get_user_model()._meta, connection.ops.quote_name
+        sql = f"SELECT 1 FROM {quote(meta.db_table)} WHERE {quote(meta.pk.column)} = %s FOR KEY SHARE"  # noqa: S608
+        with connection.cursor() as cursor:  # Django's select_for_update has no FOR KEY SHARE
+            cursor.execute(sql, [pk])
 
 
 def refuse_if_referenced(what: str, refs: dict[str, list[str]]) -> None:

@@ -37,32 +37,9 @@ from routing.services import AliasInput, alias_create
 from tests.factories import LlmModelFactory, ProviderFactory
 from tests.factories.keys import make_key
 from tests.helpers.api import patch_json
-from tests.helpers.races import Pause, race
+from tests.helpers.races import Pause, pause_after, pause_before, race
 
 pytestmark = [pytest.mark.production, pytest.mark.django_db(transaction=True)]
-
-
-def _then_pause(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, pause: Pause) -> None:
-    """Make `module.name` pause (in the race's first transaction only) once it has run."""
-    original = getattr(module, name)
-
-    def run_then_pause(*args: Any, **kwargs: Any) -> Any:
-        result = original(*args, **kwargs)
-        pause()
-        return result
-
-    monkeypatch.setattr(module, name, run_then_pause)
-
-
-def _pause_then(monkeypatch: pytest.MonkeyPatch, module: Any, name: str, pause: Pause) -> None:
-    """Make `module.name` pause (in the race's first transaction only) before it runs."""
-    original = getattr(module, name)
-
-    def pause_then_run(*args: Any, **kwargs: Any) -> Any:
-        pause()
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, pause_then_run)
 
 
 def _status(statuses: dict[str, int], name: str, response: Any) -> None:
@@ -88,7 +65,7 @@ def test_a_provider_patch_while_a_model_it_deploys_is_renamed_waits_and_keeps_th
         deployments={"gpt-4o-mini": "mini-prod"},
     )
     pause, statuses = Pause(), {}
-    _pause_then(monkeypatch, models_module, "providers_deploying", pause)
+    pause_before(monkeypatch, models_module, "providers_deploying", pause)
     mini = catalog["gpt-4o-mini"]
 
     outcome, blocked = race(
@@ -119,7 +96,7 @@ def test_a_model_patch_to_a_name_an_alias_is_taking_waits_and_is_refused(
     import routing.services as routing_services
 
     pause, statuses = Pause(), {}
-    _then_pause(monkeypatch, routing_services, "model_name_lock", pause)
+    pause_after(monkeypatch, routing_services, "model_name_lock", pause)
     mini = catalog["gpt-4o-mini"]
 
     outcome, blocked = race(
@@ -153,7 +130,7 @@ def test_a_patch_of_a_row_naming_a_team_being_deleted_waits_and_saves_it_detache
         row = make_key(user=admin_user, actor=admin_user, name="ci", team=team).key
         url = f"/api/keys/{row.pk}/"
     pause, statuses = Pause(), {}
-    _then_pause(monkeypatch, principals, "scope_references", pause)
+    pause_after(monkeypatch, principals, "scope_references", pause)
 
     outcome, blocked = race(
         lambda: team_delete(actor=admin_user, team=Team.objects.get(pk=team.pk)),
@@ -177,7 +154,7 @@ def test_an_agent_patch_while_its_application_is_deleted_waits_and_saves_it_deta
     application = application_create(actor=admin_user, data=ApplicationInput(name="checkout"))
     agent = agent_create(actor=admin_user, data=AgentInput(name="refunds-bot", application="checkout"))
     pause, statuses = Pause(), {}
-    _then_pause(monkeypatch, principals, "scope_references", pause)
+    pause_after(monkeypatch, principals, "scope_references", pause)
 
     outcome, blocked = race(
         lambda: application_delete(actor=admin_user, application=Application.objects.get(pk=application.pk)),
@@ -208,7 +185,7 @@ def test_two_renames_each_deploying_in_the_others_provider_both_commit(admin_use
     Provider.objects.filter(pk=first.pk).update(deployments={"model-a": "a-prod"})
     Provider.objects.filter(pk=second.pk).update(deployments={"model-b": "b-prod"})
     pause = Pause()
-    _pause_then(monkeypatch, models_module, "save_named", pause)
+    pause_before(monkeypatch, models_module, "save_named", pause)
 
     outcome, blocked = race(
         lambda: llm_model_update(
@@ -241,7 +218,7 @@ def test_an_admin_rename_to_a_name_being_created_waits_and_is_refused(admin_user
     import catalog.services.models as models_module
 
     pause, statuses = Pause(), {}
-    _then_pause(monkeypatch, models_module, "model_name_lock", pause)
+    pause_after(monkeypatch, models_module, "model_name_lock", pause)
     mini = catalog["gpt-4o-mini"]
     form = {
         "name": "fast",
@@ -275,7 +252,7 @@ def test_a_bulk_revoke_locks_every_selected_key_before_it_revokes_the_first(admi
     old = make_key(user=admin_user, actor=admin_user, name="old").key
     new = make_key(user=admin_user, actor=admin_user, name="new").key  # listed (and revoked) first: newest first
     pause, statuses = Pause(), {}
-    _pause_then(monkeypatch, keys_module, "audit_update", pause)
+    pause_before(monkeypatch, keys_module, "audit_update", pause)
 
     outcome, blocked = race(
         lambda: api_key_update(actor=admin_user, key=ApiKey.objects.get(pk=old.pk), data=ApiKeyInput(name="old-ci")),
@@ -313,7 +290,7 @@ def test_a_user_deleted_while_a_chain_they_created_is_scoped_to_them_waits_and_i
         actor=bob, data=ChainInput(name="bob's", source_model="gpt-4o", entries=[EntryInput("claude-sonnet")])
     )
     pause = Pause()
-    _pause_then(monkeypatch, chain_services, "scope_validate", pause)
+    pause_before(monkeypatch, chain_services, "scope_validate", pause)
     scoped = ChainInput(
         name="bob's", source_model="gpt-4o", entries=[EntryInput("claude-sonnet")], scope_type="user", scope_id=bob.pk
     )
@@ -343,7 +320,7 @@ def test_an_admin_bulk_delete_of_a_user_locks_the_chains_they_created_before_the
         actor=bob, data=ChainInput(name="bob's", source_model="gpt-4o", entries=[EntryInput("claude-sonnet")])
     )
     pause, statuses = Pause(), {}
-    _pause_then(monkeypatch, chain_services, "scope_validate", pause)
+    pause_before(monkeypatch, chain_services, "scope_validate", pause)
     scoped = ChainInput(
         name="bob's", source_model="gpt-4o", entries=[EntryInput("claude-sonnet")], scope_type="user", scope_id=bob.pk
     )
@@ -375,7 +352,7 @@ def test_an_admin_bulk_delete_of_two_teams_locks_the_keys_they_detach_before_the
     beta = team_create(actor=admin_user, data=TeamInput(name="beta"))
     key = make_key(user=admin_user, actor=admin_user, name="ci", team=beta).key
     pause, statuses = Pause(), {}
-    _pause_then(monkeypatch, shared, "audit_record", pause)
+    pause_before(monkeypatch, shared, "audit_record", pause)
     delete = {"action": "delete_selected", "_selected_action": [alpha.pk, beta.pk], "post": "yes"}
 
     outcome, blocked = race(

@@ -53,3 +53,26 @@ def race(first: Callable[[], Any], second: Callable[[], Any], pause: Pause) -> t
     first_thread.join(15)
     second_thread.join(15)
     return outcome, blocked
+
+
+def pause_after(monkeypatch: Any, module: Any, name: str, pause: Pause) -> None:
+    """Make `module.name` pause (in the race's first transaction only) once it has run."""
+    original = getattr(module, name)
+
+    def run_then_pause(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        pause()
+        return result
+
+    monkeypatch.setattr(module, name, run_then_pause)
+
+
+def pause_before(monkeypatch: Any, module: Any, name: str, pause: Pause) -> None:
+    """Make `module.name` pause (in the race's first transaction only) before it runs."""
+    original = getattr(module, name)
+
+    def pause_then_run(*args: Any, **kwargs: Any) -> Any:
+        pause()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, pause_then_run)

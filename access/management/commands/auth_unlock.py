@@ -1,11 +1,10 @@
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 from django.utils import timezone
 
 from access.models import AuthThrottle
-from access.services import auth_unlock
+from access.services import auth_unlock_many
 
 
 class Command(BaseCommand):
@@ -21,7 +20,6 @@ class Command(BaseCommand):
         locked = list(AuthThrottle.objects.filter(value=value, locked_until__gt=timezone.now()).order_by("pk"))
         if not locked:
             raise CommandError(f"Nothing named {value!r} is locked out.")
-        with transaction.atomic():
-            unlocked = [row for throttle in locked for row in auth_unlock(actor=None, throttle=throttle)]
+        unlocked = auth_unlock_many(actor=None, throttles=locked)
         for row in unlocked:
             self.stdout.write(f"Unlocked {row}.")
