@@ -14,7 +14,7 @@ from catalog.references import model_name_lock
 from catalog.scopes import Scope, scope_validate
 from catalog.services import lock_all_named, lock_named, name_checked, named
 from core.configbus import config_publish
-from core.db import save_unique
+from core.db import advisory_lock, save_unique
 from core.errors import ConflictError, ValidationFailed
 from core.types import Actor
 from core.validation import FieldErrors, clean_name
@@ -286,8 +286,9 @@ def _model_or_none(name: str) -> LlmModel | None:
     return lock_named(LlmModel, name)
 
 
-def _guardrail_validate(data: GuardrailInput, *, exclude_pk: int | None) -> dict[str, Any]:
-    """Check every rule and collect all field errors before raising."""
+def _guardrail_validate(data: GuardrailInput, *, exclude_pk: int | None, writing: bool = False) -> dict[str, Any]:
+    """Check every rule and collect all field errors before raising. `writing`: the caller saves what this
+    returns, so the (model, scope) pair is locked before it is checked."""
     errors = FieldErrors()
     name = clean_name(errors, data.name, max_length=GUARDRAIL_NAME_MAX, label="Guardrail name")
     if data.action not in GuardrailAction.values:
@@ -312,7 +313,11 @@ def _guardrail_validate(data: GuardrailInput, *, exclude_pk: int | None) -> dict
         errors.extend(exc.errors)
     if scope is not None and not errors.has("model"):
         # One guardrail per (model or every model, scope), as one rule and one chain: the gateway could only
-        # apply one of two (the oldest), and the other would be a write that silently changes nothing.
+        # apply one of two (the oldest), and the other would be a write that silently changes nothing. No
+        # constraint can say it (a catch-all's model is null), so two writes of one pair take one lock first:
+        # the later waits and sees the earlier. It is the write's last lock before its audit event.
+        if writing:
+            advisory_lock(f"guardrail:{scope.type}:{scope.id}:{model.pk if model is not None else '*'}")
         clash = Guardrail.objects.filter(model=model, scope_type=scope.type, scope_id=scope.id)
         if exclude_pk is not None:
             clash = clash.exclude(pk=exclude_pk)
@@ -343,7 +348,7 @@ def guardrail_validate(*, data: GuardrailInput, guardrail: Guardrail | None = No
 def guardrail_create(*, actor: Actor, data: GuardrailInput) -> Guardrail:
     """Create a guardrail: deny needs a message, rewrite a target model other than the matched one; at most one
     guardrail per (model or every model, scope)."""
-    guardrail = Guardrail(**_guardrail_validate(data, exclude_pk=None))
+    guardrail = Guardrail(**_guardrail_validate(data, exclude_pk=None, writing=True))
     guardrail.save()
     audit_record(
         actor=actor,
@@ -361,7 +366,7 @@ def guardrail_create(*, actor: Actor, data: GuardrailInput) -> Guardrail:
 def guardrail_update(*, actor: Actor, guardrail: Guardrail, data: GuardrailInput) -> Guardrail:
     """Replace a guardrail's fields; audit the changed ones. A guardrail deleted meanwhile is a ConflictError."""
     guardrail = _stored(guardrail, what="guardrail", related=("model", "target_model"))
-    fields = _guardrail_validate(data, exclude_pk=guardrail.pk)
+    fields = _guardrail_validate(data, exclude_pk=guardrail.pk, writing=True)
     before = _guardrail_snapshot(guardrail)
     for name, value in fields.items():
         setattr(guardrail, name, value)

@@ -9,6 +9,8 @@ PostgreSQL's locks simulated (tests/helpers/simulated_locks.py); `*_pg` tests ra
 (production mode only, as tests/catalog/test_rename_locks.py).
 """
 
+from typing import Any
+
 import pytest
 
 from catalog.models import LlmModel
@@ -23,7 +25,7 @@ from routing.services import (
     guardrail_create,
     routing_rule_create,
 )
-from tests.helpers.races import Pause, race
+from tests.helpers.races import Pause, pause_before, race
 from tests.helpers.simulated_locks import simulate_locks
 
 
@@ -173,3 +175,26 @@ def test_a_model_deleted_while_a_rule_names_it_waits_and_is_refused_pg(admin_use
 
     assert blocked is True
     assert outcome == {"first": "ok", "second": 409}
+
+
+@pytest.mark.production
+@pytest.mark.django_db(transaction=True)
+def test_two_catch_all_guardrails_for_one_scope_saved_at_once_one_waits_and_is_refused_pg(admin_user, monkeypatch):
+    """T1 creates a deny-everything guardrail for the global scope: locks the (every model, global) pair, finds
+    none ... T2 creates another for the same pair: waits on it ... T1 COMMIT; T2 sees T1's: 400. (Before: the two
+    locked nothing in common, and both committed; the gateway applies only one.)"""
+    import routing.services as routing_services
+
+    pause = Pause()
+    pause_before(monkeypatch, routing_services, "audit_record", pause)
+
+    def deny(name: str) -> Any:
+        return lambda: guardrail_create(
+            actor=admin_user, data=GuardrailInput(name=name, action="deny", message="Maintenance until 14:00.")
+        )
+
+    outcome, blocked = race(deny("maintenance"), deny("freeze"), pause)
+
+    assert blocked is True
+    assert outcome == {"first": "ok", "second": 400}
+    assert list(Guardrail.objects.values_list("name", flat=True)) == ["maintenance"]
