@@ -260,13 +260,6 @@ def auth_throttles_prune() -> int:
     return deleted
 
 
-def auth_unlock(*, actor: Actor, throttle: AuthThrottle) -> list[AuthThrottle]:
-    """End one lockout now (`auth_unlock_many` of one row); returns the rows unlocked."""
-    unlocked = auth_unlock_many(actor=actor, throttles=[throttle])
-    throttle.refresh_from_db()
-    return unlocked
-
-
 @transaction.atomic
 def auth_unlock_many(*, actor: Actor, throttles: Iterable[AuthThrottle]) -> list[AuthThrottle]:
     """End these lockouts now and forget their failures (each audited as "auth.unlock"); returns the rows
@@ -284,12 +277,13 @@ def auth_unlock_many(*, actor: Actor, throttles: Iterable[AuthThrottle]) -> list
     now = timezone.now()
     pks = {throttle.pk for throttle in throttles}
     rows = AuthThrottle.objects.select_for_update()
-    accounts = list(rows.filter(pk__in=pks, kind=ThrottleKind.ACCOUNT).order_by("kind", "value"))
+    order = ("kind", "value", "scope", "pk")  # an attempt's own rows (one scope) by kind, then value
+    accounts = list(rows.filter(pk__in=pks, kind=ThrottleKind.ACCOUNT).order_by(*order))
     lockouts = [account for account in accounts if account.locked_until is not None and account.locked_until > now]
     same_attempt = Q(pk__in=pks)
     for account in lockouts:
         same_attempt |= Q(scope=account.scope, locked_until=account.locked_until)
-    addresses = list(rows.filter(same_attempt, kind=ThrottleKind.ADDRESS).order_by("kind", "value"))
+    addresses = list(rows.filter(same_attempt, kind=ThrottleKind.ADDRESS).order_by(*order))
     unlocked = []
     for row in accounts + addresses:
         if row.locked_until is None or row.locked_until <= now:

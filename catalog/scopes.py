@@ -12,7 +12,7 @@ from django.db import models
 
 from catalog.enums import ScopeType
 from catalog.models import Agent, ApiKey, Application, Team
-from core.db import for_update
+from core.db import for_update, key_share_lock
 from core.errors import ValidationFailed
 
 
@@ -37,8 +37,14 @@ def _target_model(scope_type: str) -> type[models.Model] | None:
     return targets.get(scope_type)
 
 
-def scope_validate(*, scope_type: str, scope_id: int | str | None, field: str = "scope") -> Scope:
-    """Return a normalised Scope or raise ValidationFailed naming what is wrong (a form sends the id as text)."""
+def scope_validate(
+    *, scope_type: str, scope_id: int | str | None, field: str = "scope", creator_pk: int | None = None
+) -> Scope:
+    """Return a normalised Scope or raise ValidationFailed naming what is wrong (a form sends the id as text).
+
+    `creator_pk`: the acting user, whom the written row names (a chain's creator) and whom the write locks FOR KEY
+    SHARE after the scope's target; when the target is a user with a higher key, the creator is locked first, so
+    two users are locked in primary key order, as every write locks several rows of one table."""
     if scope_type not in ScopeType.values:
         raise ValidationFailed(
             f"Unknown scope type {scope_type!r}.",
@@ -62,6 +68,8 @@ def scope_validate(*, scope_type: str, scope_id: int | str | None, field: str = 
         ) from None
     model = _target_model(scope_type)
     assert model is not None
+    if scope_type == ScopeType.USER and creator_pk is not None and creator_pk < target_id:
+        key_share_lock(model, creator_pk)
     # Locked until the transaction ends: the target's delete locks it before its reference check, so it either
     # waits for this write (and sees the row scoped to it) or this waits and finds the target gone. A scope has
     # no foreign key to back that up.

@@ -61,7 +61,7 @@ def _lookup_names(names: list[str]) -> set[str]:
     return {n for n in (name.strip() for name in names) if n and not has_control_characters(n)}
 
 
-def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
+def _resolve(data: ChainInput, *, exclude_chain_id: int | None, creator_pk: int | None = None) -> _Resolved:
     """Validate every rule and collect all field errors before raising."""
     errors = FieldErrors()
 
@@ -136,7 +136,7 @@ def _resolve(data: ChainInput, *, exclude_chain_id: int | None) -> _Resolved:
 
     scope: Scope | None = None
     try:
-        scope = scope_validate(scope_type=data.scope_type, scope_id=data.scope_id)
+        scope = scope_validate(scope_type=data.scope_type, scope_id=data.scope_id, creator_pk=creator_pk)
     except ValidationFailed as exc:
         errors.extend(exc.errors)
 
@@ -180,7 +180,8 @@ _CHAIN_TAKEN = "Another chain already covers this source model in this scope."
 @transaction.atomic
 def chain_create(*, actor: Actor, data: ChainInput) -> FallbackChain:
     """Create a chain with its entries and audit it."""
-    r = _resolve(data, exclude_chain_id=None)
+    creator = actor if isinstance(actor, get_user_model()) else None
+    r = _resolve(data, exclude_chain_id=None, creator_pk=creator.pk if creator is not None else None)
     actor_locked(actor)  # the chain names its creator (after the models and the scope's target, as users come)
     resilience = r.resilience
     if resilience is None:
@@ -193,7 +194,7 @@ def chain_create(*, actor: Actor, data: ChainInput) -> FallbackChain:
             scope_id=r.scope.id,
             enabled=r.enabled,
             resilience=resilience,
-            created_by=actor if isinstance(actor, get_user_model()) else None,  # None: created by the system
+            created_by=creator,  # None: created by the system
         ),
         field="source_model",
         message=_CHAIN_TAKEN,

@@ -14,6 +14,7 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.models import ADDITION, CHANGE, DELETION, LogEntry
 from django.contrib.admin.options import ActionLocation
+from django.contrib.auth import get_user_model
 from django.contrib.contenttypes.models import ContentType
 from django.db import models, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -69,8 +70,14 @@ def _log_after_commit(request: HttpRequest, objects: list[Any], flag: int, messa
         for obj in objects
     ]
     if entries:
-        transaction.on_commit(lambda: LogEntry.objects.bulk_create(entries), robust=True)
+        transaction.on_commit(lambda: _save_log(entries, user_id), robust=True)
     return entries
+
+
+def _save_log(entries: list[LogEntry], user_id: Any) -> None:
+    # An admin who deleted their own user has no row to name (Django's cascade deleted their history too).
+    if get_user_model()._default_manager.filter(pk=user_id).exists():
+        LogEntry.objects.bulk_create(entries)
 
 
 def _selected_locked_first(func: Callable[..., Any]) -> Callable[..., Any]:

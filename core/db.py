@@ -87,12 +87,27 @@ def distinct_values(model: type[models.Model], field: str) -> list[str]:
         return [row[0] for row in cursor.fetchall()]
 
 
-# The first key of every advisory_lock (PostgreSQL's two-key form, which never meets a one-key lock such as the
-# audit log's).
+# The first key of an advisory_lock (PostgreSQL's two-key form, which never meets a one-key lock such as the
+# audit log's), one per place in the lock order: keys of two places sharing a 32-bit hash would otherwise wait
+# on each other out of order.
 _NAMED_LOCKS = 0x6E616D65
+LAST_BEFORE_AUDIT = 0x6C617374  # a check's lock taken after every row lock of its write (one guardrail per pair)
 
 
-def advisory_lock(key: str) -> None:
+def key_share_lock(model: type[models.Model], pk: object) -> None:
+    """Lock one row FOR KEY SHARE until the transaction ends (PostgreSQL; nothing elsewhere or outside a
+    transaction): what a foreign key's check takes, here at the row's place in the lock order instead of at
+    COMMIT. Django's select_for_update has no FOR KEY SHARE."""
+    connection = transaction.get_connection()
+    if pk is None or not connection.in_atomic_block or connection.vendor != "postgresql":
+        return
+    quote = connection.ops.quote_name
+    sql = f"SELECT 1 FROM {quote(model._meta.db_table)} WHERE {quote(model._meta.pk.column)} = %s FOR KEY SHARE"  # noqa: S608
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [pk])
+
+
+def advisory_lock(key: str, *, space: int = _NAMED_LOCKS) -> None:
     """Hold a lock on `key` until the current transaction ends, for an invariant no constraint can hold (one name
     across two tables, say): every writer that checks it takes the lock first.
 
@@ -104,4 +119,4 @@ def advisory_lock(key: str) -> None:
         return
     digest = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=4).digest(), "big", signed=True)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_NAMED_LOCKS, digest])
+        cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [space, digest])

@@ -13,8 +13,9 @@ from catalog.models import LlmModel
 from catalog.references import model_name_lock
 from catalog.scopes import Scope, scope_validate
 from catalog.services import lock_all_named, lock_named, name_checked, named
+from core import db
 from core.configbus import config_publish
-from core.db import advisory_lock, save_unique
+from core.db import save_unique
 from core.errors import ConflictError, ValidationFailed
 from core.types import Actor
 from core.validation import FieldErrors, clean_name
@@ -317,7 +318,8 @@ def _guardrail_validate(data: GuardrailInput, *, exclude_pk: int | None, writing
         # constraint can say it (a catch-all's model is null), so two writes of one pair take one lock first:
         # the later waits and sees the earlier. It is the write's last lock before its audit event.
         if writing:
-            advisory_lock(f"guardrail:{scope.type}:{scope.id}:{model.pk if model is not None else '*'}")
+            pair = f"guardrail:{scope.type}:{scope.id}:{model.pk if model is not None else '*'}"
+            db.advisory_lock(pair, space=db.LAST_BEFORE_AUDIT)
         clash = Guardrail.objects.filter(model=model, scope_type=scope.type, scope_id=scope.id)
         if exclude_pk is not None:
             clash = clash.exclude(pk=exclude_pk)

@@ -11,7 +11,7 @@ from django.utils import timezone
 from audit.services import audit_changes, audit_record
 from catalog.keys import key_generate
 from catalog.references import reference_label
-from core.db import for_update, save_unique
+from core.db import for_update, key_share_lock, save_unique
 from core.errors import ConflictError
 from core.types import Actor
 from core.validation import FieldErrors
@@ -100,13 +100,8 @@ def actor_locked(actor: Actor) -> None:
     foreign key is checked at COMMIT (it is deferred), which takes that lock after the audit log's, so a write
     holding the user (a rule scoped to them, a key issued to them) and waiting on the audit log would deadlock
     with it. Taken here, at the users' place in the one lock order, the check finds it held."""
-    pk = getattr(actor, "pk", None) if getattr(actor, "is_authenticated", False) else None
-    connection = transaction.get_connection()
-    if pk is not None and connection.in_atomic_block and connection.vendor == "postgresql":
-        meta, quote = get_user_model()._meta, connection.ops.quote_name
-        sql = f"SELECT 1 FROM {quote(meta.db_table)} WHERE {quote(meta.pk.column)} = %s FOR KEY SHARE"  # noqa: S608
-        with connection.cursor() as cursor:  # Django's select_for_update has no FOR KEY SHARE
-            cursor.execute(sql, [pk])
+    if getattr(actor, "is_authenticated", False):
+        key_share_lock(get_user_model(), getattr(actor, "pk", None))
 
 
 def refuse_if_referenced(what: str, refs: dict[str, list[str]]) -> None:

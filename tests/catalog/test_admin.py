@@ -361,3 +361,35 @@ def test_revoke_selected_keys_counts_only_the_keys_it_revoked(admin_client, admi
 
     assert [str(m) for m in get_messages(response.wsgi_request)] == ["Revoked 1 key(s)."]
     assert AuditEvent.objects.filter(action="api_key.revoke").count() == 2  # the earlier revoke and this one
+
+
+# Transactional: the admin's history entries are saved once the change commits.
+@pytest.mark.django_db(transaction=True)
+def test_the_admins_history_entry_is_saved_after_the_change_commits(admin_user, admin_client):
+    """Saved in the transaction, its foreign key to the admin was checked at COMMIT, after the audit log's lock
+    (docs/decisions.md, "One lock order"); it is written after the commit, with what Django's would hold."""
+    response = admin_client.post("/admin/catalog/team/add/", {"name": "payments"})
+
+    team = Team.objects.get(name="payments")
+    assert response.status_code == 302
+    entry = LogEntry.objects.get()
+    assert (entry.user_id, entry.object_id, entry.object_repr, entry.action_flag) == (
+        admin_user.pk,
+        str(team.pk),
+        "payments",
+        1,  # addition
+    )
+    assert "Added" in entry.get_change_message()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_admin_deleting_their_own_user_leaves_no_history_entry_and_no_error(admin_user, admin_client, caplog):
+    """Django's cascade deleted the admin's history with them; the entry of the delete itself has no user left to
+    name, so it is not written (it used to fail after the commit, logged as an error)."""
+    response = admin_client.post(f"/admin/auth/user/{admin_user.pk}/delete/", {"post": "yes"})
+
+    assert response.status_code == 302
+    assert not get_user_model().objects.filter(pk=admin_user.pk).exists()
+    assert LogEntry.objects.count() == 0
+    assert [r.getMessage() for r in caplog.records if r.levelname == "ERROR"] == []
+    assert AuditEvent.objects.filter(action="user.delete").count() == 1

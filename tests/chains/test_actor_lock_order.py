@@ -113,3 +113,38 @@ def test_an_admin_form_save_while_another_admin_scopes_a_rule_to_its_author_both
     from routing.models import Alias
 
     assert LogEntry.objects.filter(user=admin_user, object_id=str(Alias.objects.get(name="fast").pk)).count() == 1
+
+
+def test_a_chain_scoped_to_a_user_locks_its_creator_and_that_user_in_key_order(
+    admin_user, admin_client, django_user_model, catalog, monkeypatch
+):
+    """T1: carol creates a chain scoped to dave (carol's key is the lower): locks carol FOR KEY SHARE, then dave ...
+    T2: an admin deactivates carol and dave together: locks carol first, so waits ... T1 COMMIT; T2 goes on.
+    (Before: T1 locked dave as the scope's target, then carol as the creator, while T2 held carol and waited on
+    dave.)"""
+    import chains.services as chain_services
+
+    carol = django_user_model.objects.create_user(username="carol", password="x")
+    dave = django_user_model.objects.create_user(username="dave", password="x")
+    assert carol.pk < dave.pk
+    pause, statuses = Pause(), {}
+    pause_after(monkeypatch, chain_services, "scope_validate", pause)
+    scoped = ChainInput(
+        name="dave's", source_model="gpt-4o", entries=[EntryInput("claude-sonnet")], scope_type="user", scope_id=dave.pk
+    )
+
+    def deactivate() -> None:
+        response = admin_client.post(
+            "/admin/auth/user/", {"action": "deactivate_users", "_selected_action": [carol.pk, dave.pk]}
+        )
+        statuses["deactivate"] = response.status_code
+
+    outcome, blocked = race(lambda: chain_create(actor=carol, data=scoped), deactivate, pause)
+
+    assert blocked is True
+    assert outcome == {"first": "ok", "second": "ok"}
+    assert statuses == {"deactivate": 302}
+    assert FallbackChain.objects.get(name="dave's").created_by_id == carol.pk
+    assert set(django_user_model.objects.filter(pk__in=[carol.pk, dave.pk]).values_list("is_active", flat=True)) == {
+        False
+    }

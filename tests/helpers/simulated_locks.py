@@ -118,8 +118,8 @@ def simulate_locks(monkeypatch: pytest.MonkeyPatch) -> SimulatedLocks:
     advisory_lock = getattr(core.db, "advisory_lock", None)
     if advisory_lock is not None:
 
-        def advisory(key: str) -> None:
-            advisory_lock(key)
+        def advisory(key: str, **kwargs: Any) -> None:
+            advisory_lock(key, **kwargs)
             locks.take(("advisory", key))
 
         monkeypatch.setattr(core.db, "advisory_lock", advisory)
