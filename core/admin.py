@@ -19,7 +19,7 @@ from django.contrib.contenttypes.models import ContentType
 from django.db import models, transaction
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 
-from core.db import for_update
+from core.db import lock_rows
 from core.errors import ApplicationError, ValidationFailed
 
 
@@ -100,7 +100,7 @@ class ServiceAdmin(admin.ModelAdmin):
     def action_locks_first(self, pks: list[int]) -> None:
         """Lock, in the one lock order, every row an action on the rows `pks` locks: here the rows themselves, in
         primary key order. An admin whose deletes lock more (the rows they detach, say) locks those too."""
-        list(for_update(self.model._default_manager.filter(pk__in=pks).order_by("pk")).values_list("pk", flat=True))
+        lock_rows(self.model._default_manager.filter(pk__in=pks))
 
     def get_actions(self, request: HttpRequest, action_location: Any = ActionLocation.CHANGE_LIST) -> Any:
         actions = super().get_actions(request, action_location=action_location)

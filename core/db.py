@@ -43,6 +43,12 @@ def for_update[M: models.Model](queryset: models.QuerySet[M], **kwargs: Any) -> 
     return queryset
 
 
+def lock_rows(rows: models.QuerySet[Any]) -> None:
+    """Lock these rows until the transaction ends, in primary key order (as every write that locks several rows
+    of one table does); outside a transaction, nothing (see for_update)."""
+    list(for_update(rows.order_by("pk")).values_list("pk", flat=True))
+
+
 # Rows one retention statement deletes: short enough that SQLite's write lock (embedded mode: the gateway's log
 # writes and the console wait on it for at most 5 s) and a PostgreSQL transaction are held briefly.
 DELETE_BATCH = 5_000

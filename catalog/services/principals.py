@@ -5,7 +5,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
 
 from audit.services import audit_record
 from catalog.enums import ScopeType
@@ -23,7 +22,7 @@ from catalog.services._shared import (
     save_named,
 )
 from core.configbus import config_publish
-from core.db import for_update
+from core.db import for_update, lock_rows
 from core.types import Actor
 from core.validation import FieldErrors
 
@@ -49,17 +48,13 @@ def deletes_locks_first(model: type[Team] | type[Application] | type[Agent], pks
     primary key order. A batch of deletes (the admin's "delete selected") takes them all before its first
     delete's audit event takes the audit log's lock, which comes after every row's."""
     pks = list(pks)
-    _locked(model.objects.filter(pk__in=pks))
+    lock_rows(model.objects.filter(pk__in=pks))
     field = {Team: "team", Application: "application", Agent: "agent"}[model]
     if model is Team:
-        _locked(Application.objects.filter(team__in=pks))
+        lock_rows(Application.objects.filter(team__in=pks))
     if model is Application:
-        _locked(Agent.objects.filter(application__in=pks))
-    _locked(ApiKey.objects.filter(**{f"{field}__in": pks}))
-
-
-def _locked(rows: QuerySet[Any]) -> None:
-    list(for_update(rows.order_by("pk")).values_list("pk", flat=True))
+        lock_rows(Agent.objects.filter(application__in=pks))
+    lock_rows(ApiKey.objects.filter(**{f"{field}__in": pks}))
 
 
 def _scoped_target_delete[T: (Team, Application, Agent)](

@@ -12,7 +12,7 @@ from catalog.references import scope_references
 from catalog.selectors import api_keys_of_user, api_keys_usable_count
 from catalog.services._shared import delete_checked, lock_stored, refuse_if_referenced
 from core.configbus import config_publish
-from core.db import for_update
+from core.db import for_update, lock_rows
 from core.errors import ConflictError
 from core.types import Actor
 
@@ -24,8 +24,7 @@ def _referrers_locked(user_model: Any, pks: list[int]) -> None:
     # Hidden relations too (related_name="+"), as the delete's collector finds them.
     for relation in user_model._meta.get_fields(include_hidden=True):
         if relation.auto_created and not relation.concrete and getattr(relation, "on_delete", None) is models.SET_NULL:
-            rows = relation.related_model._default_manager.filter(**{f"{relation.field.name}__in": pks})
-            list(for_update(rows.order_by("pk")).values_list("pk", flat=True))
+            lock_rows(relation.related_model._default_manager.filter(**{f"{relation.field.name}__in": pks}))
 
 
 def user_deletes_locks_first(user_model: Any, pks: Iterable[int]) -> None:
@@ -34,8 +33,8 @@ def user_deletes_locks_first(user_model: Any, pks: Iterable[int]) -> None:
     first delete's audit event takes the audit log's lock, which comes after every row's."""
     pks = list(pks)
     _referrers_locked(user_model, pks)
-    list(for_update(user_model._default_manager.filter(pk__in=pks).order_by("pk")).values_list("pk", flat=True))
-    list(for_update(ConsoleToken.objects.filter(user_id__in=pks).order_by("pk")).values_list("pk", flat=True))
+    lock_rows(user_model._default_manager.filter(pk__in=pks))
+    lock_rows(ConsoleToken.objects.filter(user_id__in=pks))
 
 
 @transaction.atomic
