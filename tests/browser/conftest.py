@@ -1,8 +1,13 @@
 """Playwright drives Debian's Chromium (never a downloaded browser)."""
 
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from health import views as health_views
+from health.breaker import ManualClock, MemoryEngine, use_engine
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -41,3 +46,13 @@ def console_errors(page):
     page.on("console", on_console)
     page.on("pageerror", lambda exc: errors.append(str(exc)))
     return errors
+
+
+@pytest.fixture
+def live_engine(monkeypatch: pytest.MonkeyPatch) -> Iterator[MemoryEngine]:
+    """The breaker the console reads: in memory, on the wall clock's current time (fixed, so cooldowns and "ago"
+    read naturally against Django's clock), with the Provider Health table polled every second."""
+    engine = MemoryEngine(clock=ManualClock(round(time.time(), 3)))
+    monkeypatch.setattr(health_views, "POLL_SECONDS", 1)
+    with use_engine(engine):
+        yield engine

@@ -5,33 +5,19 @@ rest, an override delete asks first, an error toast stays until dismissed (the s
 summary takes the keyboard after a swap."""
 
 import re
-import time
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from chains.models import FallbackChain
-from health import views as health_views
-from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
+from health.breaker import Outcome
 from health.models import BreakerOverride
 from health.selectors import circuit_anchor
+from tests.browser.test_health_browser import record
 from tests.conftest import PASSWORD
 from tests.factories import ChainFactory, LlmModelFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
-
-@pytest.fixture
-def live_engine(monkeypatch):
-    engine = MemoryEngine(clock=ManualClock(round(time.time(), 3)))
-    monkeypatch.setattr(health_views, "POLL_SECONDS", 1)
-    with use_engine(engine):
-        yield engine
-
-
-def record(engine, provider: str, model: str, outcomes: list[Outcome]) -> None:
-    for outcome in outcomes:
-        engine.record(engine.allow(provider, model), outcome)
 
 
 def log_in(page: Page, live_server, username: str, path: str) -> None:

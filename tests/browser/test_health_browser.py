@@ -5,27 +5,16 @@ interval is shortened through the view constant and the tests wait on refreshed 
 """
 
 import re
-import time
 
 import pytest
 from playwright.sync_api import Page, expect
 
-from health import views as health_views
-from health.breaker import ManualClock, MemoryEngine, Outcome, State, use_engine
+from health.breaker import Outcome, State
 from health.models import BreakerOverride
 from health.selectors import breaker_config_get, circuit_anchor
 from tests.conftest import PASSWORD
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
-
-@pytest.fixture
-def live_engine(monkeypatch):
-    # The wall clock's current time (fixed): cooldowns and "ago" read naturally against Django's clock.
-    engine = MemoryEngine(clock=ManualClock(round(time.time(), 3)))
-    monkeypatch.setattr(health_views, "POLL_SECONDS", 1)
-    with use_engine(engine):
-        yield engine
 
 
 def record(engine, provider: str, model: str, outcomes: list[Outcome]) -> None:

@@ -4,14 +4,13 @@ $SCREENSHOT_DIR (default /tmp/shots)."""
 
 import os
 import re
-import time
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from health import views as health_views
-from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
+from health.breaker import Outcome
 from health.selectors import breaker_config_get, circuit_anchor
 from tests.conftest import PASSWORD
 
@@ -19,14 +18,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, seria
 
 SHOTS = Path(os.environ.get("SCREENSHOT_DIR", "/tmp/shots"))
 SIZES = {"desktop": (1280, 800), "phone": (390, 844)}
-
-
-@pytest.fixture
-def live_engine(monkeypatch):
-    engine = MemoryEngine(clock=ManualClock(round(time.time(), 3)))
-    monkeypatch.setattr(health_views, "POLL_SECONDS", 1)
-    with use_engine(engine):
-        yield engine
 
 
 def record(engine, provider: str, model: str, failures: int, successes: int) -> None:

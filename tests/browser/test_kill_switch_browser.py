@@ -2,28 +2,18 @@
 held row, the engine refusing the circuit, then Release…; both actions in the audit log."""
 
 import re
-import time
 
 import pytest
 from playwright.sync_api import Page, expect
 
 from audit.models import AuditEvent
-from health import views as health_views
-from health.breaker import ManualClock, MemoryEngine, Outcome, use_engine
+from health.breaker import Outcome
 from health.models import CircuitControl, CircuitEvent
 from health.selectors import circuit_anchor
 from tests.browser.test_health_browser import log_in, record
 from tests.servers import until
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True, serialized_rollback=True)]
-
-
-@pytest.fixture
-def live_engine(monkeypatch):
-    engine = MemoryEngine(clock=ManualClock(round(time.time(), 3)))
-    monkeypatch.setattr(health_views, "POLL_SECONDS", 1)
-    with use_engine(engine):
-        yield engine
 
 
 def test_force_open_then_release_through_the_console(
